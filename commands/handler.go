@@ -1,0 +1,255 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/eventstore"
+)
+
+// Errors of command handling, beyond the domain's rule errors.
+var (
+	// ErrVersionConflict: the order changed since the version the client
+	// named in If-Match, or conflicts outlasted the retries.
+	ErrVersionConflict = eventstore.ErrVersionConflict
+	// ErrIdempotencyKeyReused: the key was used before with another request.
+	ErrIdempotencyKeyReused = errors.New("idempotency key was used with a different request")
+)
+
+// Config tunes a Handler.
+type Config struct {
+	// MaxAttempts bounds how often a command is decided and appended when
+	// concurrent writers keep moving the order (no If-Match). Default 5.
+	MaxAttempts int
+	// Now is the clock (tests inject one). Default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Handler executes commands against the event store.
+type Handler struct {
+	store    eventstore.Store
+	idem     eventstore.IdempotencyStore
+	registry *event.Registry
+	cfg      Config
+}
+
+// NewHandler returns a handler. idem may be nil when idempotency keys are
+// not supported by the deployment (requests with a key then fail).
+func NewHandler(store eventstore.Store, idem eventstore.IdempotencyStore, cfg Config) *Handler {
+	cfg.setDefaults()
+	return &Handler{store: store, idem: idem, registry: order.Registry, cfg: cfg}
+}
+
+// Idempotency carries an Idempotency-Key and how to render the outcome
+// stored under it.
+type Idempotency struct {
+	Key string
+	// RequestHash fingerprints the request (method, route, parameters and
+	// canonical body); a reused key with another hash is rejected.
+	RequestHash string
+	// Respond renders what the client receives for res (err == nil) or for
+	// a definite rejection err. The bytes are stored and replayed verbatim.
+	Respond func(res Result, err error) ([]byte, error)
+}
+
+// Options are the per-request inputs beside the command.
+type Options struct {
+	// ExpectedVersion, when set (If-Match), makes a version mismatch an
+	// immediate ErrVersionConflict instead of a retry.
+	ExpectedVersion *int64
+	Idempotency     *Idempotency
+	// Metadata is stamped on every event (correlation, actor, trace
+	// context); CommandID is filled in by the handler.
+	Metadata event.Metadata
+}
+
+// Result is the outcome of a command.
+type Result struct {
+	OrderID  string
+	Version  int64
+	Position event.Position
+	// Replayed holds the stored response when the command was already
+	// executed under the same idempotency key; nothing was executed now.
+	Replayed []byte
+}
+
+// eventIDSpace namespaces the deterministic event IDs derived from a
+// command ID.
+var eventIDSpace = uuid.MustParse("6f1c1b3a-5d1e-4f5e-9a0b-2c7d8e9f0a1b")
+
+// Handle executes cmd for the tenant in ctx.
+func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result, error) {
+	tenant, ok := domain.TenantFromContext(ctx)
+	if !ok {
+		return Result{}, eventstore.ErrNoTenant
+	}
+	idem := opts.Idempotency
+	if idem != nil {
+		if h.idem == nil {
+			return Result{}, errors.New("idempotency keys are not supported by this store")
+		}
+		if res, done, err := h.replay(ctx, tenant, idem); done || err != nil {
+			return res, err
+		}
+	}
+
+	// The command ID, and from it every event ID, is fixed before the first
+	// attempt and derived from the idempotency key when there is one, so a
+	// retried request produces the same event IDs.
+	commandID := uuid.NewString()
+	if idem != nil {
+		commandID = uuid.NewSHA1(eventIDSpace, []byte(string(tenant)+"\x00"+idem.Key)).String()
+	}
+	meta := opts.Metadata
+	meta.CommandID = commandID
+	if meta.CausationID == "" {
+		meta.CausationID = commandID
+	}
+	if meta.CorrelationID == "" {
+		meta.CorrelationID = commandID
+	}
+
+	stream := order.StreamID(cmd.Target())
+	for attempt := 1; ; attempt++ {
+		res, err := h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID)
+		switch {
+		case err == nil:
+			return res, nil
+		case errors.Is(err, eventstore.ErrIdempotencyKeyExists):
+			// A concurrent duplicate committed first; ours rolled back.
+			res, _, err := h.replay(ctx, tenant, idem)
+			return res, err
+		case errors.Is(err, eventstore.ErrVersionConflict) && opts.ExpectedVersion == nil && attempt < h.cfg.MaxAttempts:
+			// Someone else moved the order between our load and append:
+			// decide again on the new state, after a short jittered pause.
+			pause := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
+			select {
+			case <-ctx.Done():
+				return Result{}, ctx.Err()
+			case <-time.After(pause):
+			}
+			continue
+		case isRejection(err) && idem != nil:
+			return h.recordRejection(ctx, tenant, idem, err)
+		default:
+			return Result{}, err
+		}
+	}
+}
+
+func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream string, cmd Command, opts Options, meta event.Metadata, commandID string) (Result, error) {
+	history, err := h.store.ReadStream(ctx, string(tenant), stream, 0)
+	if err != nil {
+		return Result{}, fmt.Errorf("load %s: %w", stream, err)
+	}
+	payloads := make([]event.Payload, len(history))
+	for i, rec := range history {
+		if payloads[i], err = h.registry.DecodeRecord(rec); err != nil {
+			return Result{}, fmt.Errorf("load %s: %w", stream, err)
+		}
+	}
+	o, err := order.Load(payloads)
+	if err != nil {
+		return Result{}, fmt.Errorf("load %s: %w", stream, err)
+	}
+	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != o.Version {
+		return Result{}, fmt.Errorf("order is at version %d, not %d: %w", o.Version, *opts.ExpectedVersion, ErrVersionConflict)
+	}
+	decided, err := cmd.Decide(o, h.cfg.Now())
+	if err != nil {
+		return Result{}, err
+	}
+	events := make([]eventstore.NewEvent, len(decided))
+	for i, p := range decided {
+		typ, sv, data, err := h.registry.Encode(p)
+		if err != nil {
+			return Result{}, err
+		}
+		events[i] = eventstore.NewEvent{
+			ID:            uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%d", commandID, i)).String(),
+			Type:          typ,
+			SchemaVersion: sv,
+			Data:          data,
+			Metadata:      meta,
+		}
+	}
+	req := eventstore.AppendRequest{
+		Tenant:   string(tenant),
+		Stream:   stream,
+		Expected: eventstore.Exact(o.Version),
+		Events:   events,
+	}
+	orderID := cmd.Target()
+	if idem := opts.Idempotency; idem != nil {
+		req.Idempotency = &eventstore.Idempotency{
+			Key:         idem.Key,
+			RequestHash: idem.RequestHash,
+			Response: func(ar eventstore.AppendResult) ([]byte, error) {
+				return idem.Respond(Result{OrderID: orderID, Version: ar.LastVersion, Position: ar.Position}, nil)
+			},
+		}
+	}
+	ar, err := h.store.Append(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{OrderID: orderID, Version: ar.LastVersion, Position: ar.Position}, nil
+}
+
+// replay returns the stored outcome under idem's key, if there is one.
+func (h *Handler) replay(ctx context.Context, tenant domain.TenantID, idem *Idempotency) (Result, bool, error) {
+	rec, found, err := h.idem.LookupIdempotency(ctx, string(tenant), idem.Key)
+	if err != nil {
+		return Result{}, false, fmt.Errorf("look up idempotency key: %w", err)
+	}
+	if !found {
+		return Result{}, false, nil
+	}
+	if rec.RequestHash != idem.RequestHash {
+		return Result{}, true, ErrIdempotencyKeyReused
+	}
+	return Result{Replayed: rec.Response}, true, nil
+}
+
+// recordRejection stores a definite rejection under the key, so a retry
+// gets the same answer instead of a second decision on newer state.
+func (h *Handler) recordRejection(ctx context.Context, tenant domain.TenantID, idem *Idempotency, cause error) (Result, error) {
+	body, err := idem.Respond(Result{}, cause)
+	if err != nil {
+		return Result{}, fmt.Errorf("render rejection: %w", err)
+	}
+	err = h.idem.SaveIdempotency(ctx, string(tenant), idem.Key, idem.RequestHash, body)
+	switch {
+	case err == nil:
+		return Result{}, cause
+	case errors.Is(err, eventstore.ErrIdempotencyKeyExists):
+		res, _, err := h.replay(ctx, tenant, idem)
+		return res, err
+	default:
+		return Result{}, fmt.Errorf("record idempotent rejection: %w", err)
+	}
+}
+
+// isRejection reports a definite, state-dependent "no" worth remembering
+// under an idempotency key: rule violations and a missing order. Malformed
+// input is not stored: it never reached a decision.
+func isRejection(err error) bool {
+	return errors.Is(err, domain.ErrRejected) || errors.Is(err, domain.ErrNotFound)
+}

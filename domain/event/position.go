@@ -1,0 +1,102 @@
+package event
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Position is a place in the global log, ordered lexicographically by
+// (Major, Minor). Stores fill it in their own way:
+//
+//   - PostgreSQL: Major is the writing transaction's xid8, Minor the row's
+//     identity. Readers only advance below the oldest running transaction,
+//     so the log never skips an event that commits late.
+//   - EventStoreDB: Major is the commit position, Minor the prepare position.
+//
+// The zero Position is "before the first event".
+type Position struct {
+	Major uint64
+	Minor uint64
+}
+
+// IsZero reports whether p is the start of the log.
+func (p Position) IsZero() bool { return p.Major == 0 && p.Minor == 0 }
+
+// Compare returns -1, 0 or +1 as p is before, equal to or after q.
+func (p Position) Compare(q Position) int {
+	switch {
+	case p.Major < q.Major:
+		return -1
+	case p.Major > q.Major:
+		return 1
+	case p.Minor < q.Minor:
+		return -1
+	case p.Minor > q.Minor:
+		return 1
+	}
+	return 0
+}
+
+// Less reports whether p is strictly before q.
+func (p Position) Less(q Position) bool { return p.Compare(q) < 0 }
+
+func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Major, p.Minor) }
+
+// tokenPrefix versions the token format so it can change without breaking
+// clients holding old tokens.
+const tokenPrefix = "p1."
+
+// maxTokenLen bounds the work done on hostile input before decoding.
+const maxTokenLen = 128
+
+// ErrBadToken is returned for a consistency token that was not made by Token.
+var ErrBadToken = errors.New("malformed consistency token")
+
+// Token encodes p as the opaque consistency token given to clients in
+// command responses and accepted back in X-Consistency-Token.
+func (p Position) Token() string {
+	raw := strconv.FormatUint(p.Major, 36) + "." + strconv.FormatUint(p.Minor, 36)
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+// ParseToken is the inverse of Token. It never panics and rejects anything
+// Token could not have produced.
+func ParseToken(s string) (Position, error) {
+	if len(s) > maxTokenLen || !strings.HasPrefix(s, tokenPrefix) {
+		return Position{}, ErrBadToken
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s[len(tokenPrefix):])
+	if err != nil {
+		return Position{}, ErrBadToken
+	}
+	major, minor, ok := strings.Cut(string(raw), ".")
+	if !ok {
+		return Position{}, ErrBadToken
+	}
+	var p Position
+	if p.Major, err = parseBase36(major); err != nil {
+		return Position{}, ErrBadToken
+	}
+	if p.Minor, err = parseBase36(minor); err != nil {
+		return Position{}, ErrBadToken
+	}
+	if p.Token() != s { // canonical form only: no leading zeros, no case variants
+		return Position{}, ErrBadToken
+	}
+	return p, nil
+}
+
+func parseBase36(s string) (uint64, error) {
+	if s == "" || len(s) > 13 {
+		return 0, ErrBadToken
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') {
+			return 0, ErrBadToken
+		}
+	}
+	return strconv.ParseUint(s, 36, 64)
+}

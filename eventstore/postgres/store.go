@@ -1,0 +1,448 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/internal/db"
+)
+
+// Store implements eventstore.Store, eventstore.Log and
+// eventstore.IdempotencyStore on PostgreSQL.
+type Store struct {
+	app       *pgxpool.Pool // runs as db.RoleApp: tenant-scoped
+	projector *pgxpool.Pool // runs as db.RoleProjector: global log
+	onAppend  func()
+}
+
+var (
+	_ eventstore.Store            = (*Store)(nil)
+	_ eventstore.Log              = (*Store)(nil)
+	_ eventstore.IdempotencyStore = (*Store)(nil)
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithAppendHook calls fn after every committed append, e.g. to wake
+// projection runners in this process without waiting for a poll.
+func WithAppendHook(fn func()) Option { return func(s *Store) { s.onAppend = fn } }
+
+// New returns a store whose tenant-scoped operations use app (a pool opened
+// with db.RoleApp) and whose global-log reads use projector (db.RoleProjector).
+// projector may be nil for a process that never reads the global log.
+func New(app, projector *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{app: app, projector: projector}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// appendSQL checks the expected version and inserts every event in one
+// statement. It runs after the stream lock is held, and under READ
+// COMMITTED each statement takes a fresh snapshot, so max(version) sees
+// every append committed before ours took the lock. Zero rows back means
+// the expectation failed.
+const appendSQL = `
+WITH cur AS (
+    SELECT coalesce(max(version), 0) AS v
+    FROM events WHERE tenant_id = $1 AND stream_id = $2
+)
+INSERT INTO events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+SELECT $1, $2, cur.v + e.ord, e.id::uuid, e.typ, e.sv, e.data::jsonb, e.meta::jsonb
+FROM cur, unnest($4::text[], $5::text[], $6::int[], $7::text[], $8::text[])
+    WITH ORDINALITY AS e(id, typ, sv, data, meta, ord)
+WHERE CASE $3::bigint
+    WHEN -1 THEN true
+    WHEN -2 THEN cur.v = 0
+    WHEN -3 THEN cur.v > 0
+    ELSE cur.v = $3::bigint
+END
+RETURNING version, tx_id::text AS tx_text, position`
+
+// lockSQL serialises appends to one stream. It must be the first statement
+// that could touch a row: it takes no transaction id, so the append's xid is
+// assigned after the lock is held and versions of one stream are ordered by
+// xid exactly as by version (the global log's per-stream order).
+const lockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// ErrInvalidAppend is returned for a request the store cannot accept as is.
+var ErrInvalidAppend = errors.New("invalid append request")
+
+func validate(req eventstore.AppendRequest) error {
+	switch {
+	case req.Tenant == "":
+		return eventstore.ErrNoTenant
+	case req.Stream == "":
+		return fmt.Errorf("%w: empty stream", ErrInvalidAppend)
+	case len(req.Events) == 0:
+		return fmt.Errorf("%w: no events", ErrInvalidAppend)
+	case !req.Expected.Valid():
+		return fmt.Errorf("%w: expected version %d", ErrInvalidAppend, req.Expected)
+	}
+	for _, e := range req.Events {
+		if !uuidPattern.MatchString(e.ID) {
+			return fmt.Errorf("%w: event id %q is not a UUID", ErrInvalidAppend, e.ID)
+		}
+		if e.Type == "" || e.SchemaVersion < 1 {
+			return fmt.Errorf("%w: event type and schema version are required", ErrInvalidAppend)
+		}
+	}
+	return nil
+}
+
+// Append implements eventstore.Store.
+func (s *Store) Append(ctx context.Context, req eventstore.AppendRequest) (eventstore.AppendResult, error) {
+	if err := validate(req); err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	n := len(req.Events)
+	ids, types, datas, metas := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	svs := make([]int32, n)
+	for i, e := range req.Events {
+		meta, err := json.Marshal(e.Metadata)
+		if err != nil {
+			return eventstore.AppendResult{}, fmt.Errorf("append %s: encode metadata: %w", req.Stream, err)
+		}
+		ids[i], types[i], svs[i], datas[i], metas[i] = e.ID, e.Type, int32(e.SchemaVersion), string(e.Data), string(meta)
+	}
+	args := []any{req.Tenant, req.Stream, int64(req.Expected), ids, types, svs, datas, metas}
+
+	var res eventstore.AppendResult
+	var err error
+	if req.Idempotency == nil {
+		res, err = s.appendPipelined(ctx, req, args)
+	} else {
+		res, err = s.appendWithIdempotency(ctx, req, args)
+	}
+	if err != nil {
+		return eventstore.AppendResult{}, translate(fmt.Sprintf("append %s", req.Stream), err)
+	}
+	if s.onAppend != nil {
+		s.onAppend()
+	}
+	return res, nil
+}
+
+// appendPipelined sends tenant, lock and insert in one round trip; the
+// pipeline runs as one implicit transaction that commits at its Sync.
+func (s *Store) appendPipelined(ctx context.Context, req eventstore.AppendRequest, args []any) (eventstore.AppendResult, error) {
+	b := &pgx.Batch{}
+	b.Queue(db.SetTenantSQL, req.Tenant)
+	b.Queue(lockSQL, req.Tenant+"/"+req.Stream)
+	b.Queue(appendSQL, args...)
+	br := s.app.SendBatch(ctx, b)
+	defer br.Close()
+	for i := 0; i < 2; i++ {
+		if _, err := br.Exec(); err != nil {
+			return eventstore.AppendResult{}, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	res, err := scanAppended(rows, len(req.Events))
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	if err := br.Close(); err != nil { // commit happens here
+		return eventstore.AppendResult{}, err
+	}
+	return res, nil
+}
+
+// appendWithIdempotency appends and records the command's outcome under its
+// key in one explicit transaction. A concurrent duplicate blocks on the
+// key's unique index until the first commits, then fails with a unique
+// violation and rolls back its events: the command executes once.
+func (s *Store) appendWithIdempotency(ctx context.Context, req eventstore.AppendRequest, args []any) (eventstore.AppendResult, error) {
+	var res eventstore.AppendResult
+	err := pgx.BeginTxFunc(ctx, s.app, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(db.SetTenantSQL, req.Tenant)
+		b.Queue(lockSQL, req.Tenant+"/"+req.Stream)
+		b.Queue(appendSQL, args...)
+		br := tx.SendBatch(ctx, b)
+		for i := 0; i < 2; i++ {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return err
+		}
+		if res, err = scanAppended(rows, len(req.Events)); err != nil {
+			br.Close()
+			return err
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		resp, err := req.Idempotency.Response(res)
+		if err != nil {
+			return fmt.Errorf("build idempotent response: %w", err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, request_hash, response) VALUES ($1, $2, $3, $4)`,
+			req.Tenant, req.Idempotency.Key, req.Idempotency.RequestHash, resp)
+		return err
+	})
+	return res, err
+}
+
+func scanAppended(rows pgx.Rows, want int) (eventstore.AppendResult, error) {
+	var res eventstore.AppendResult
+	count := 0
+	for rows.Next() {
+		var version, pos int64
+		var tx string
+		if err := rows.Scan(&version, &tx, &pos); err != nil {
+			return res, err
+		}
+		major, err := strconv.ParseUint(tx, 10, 64)
+		if err != nil {
+			return res, fmt.Errorf("parse tx id %q: %w", tx, err)
+		}
+		if count == 0 || version < res.FirstVersion {
+			res.FirstVersion = version
+		}
+		if version > res.LastVersion {
+			res.LastVersion = version
+		}
+		if p := (event.Position{Major: major, Minor: uint64(pos)}); res.Position.Less(p) {
+			res.Position = p
+		}
+		count++
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	if count == 0 {
+		return res, errExpectation
+	}
+	if count != want {
+		return res, fmt.Errorf("appended %d of %d events", count, want)
+	}
+	return res, nil
+}
+
+var errExpectation = errors.New("expected version not satisfied")
+
+// translate maps driver errors onto the port's errors. Database text never
+// leaves this function inside a port error; the wrapped original stays
+// available to logs through errors.Unwrap chains of non-port errors.
+func translate(op string, err error) error {
+	switch {
+	case errors.Is(err, errExpectation):
+		return fmt.Errorf("%s: %w", op, eventstore.ErrVersionConflict)
+	case db.SQLState(err) == "23505":
+		switch db.ConstraintName(err) {
+		case "idempotency_keys_pkey":
+			return fmt.Errorf("%s: %w", op, eventstore.ErrIdempotencyKeyExists)
+		case "events_stream_version":
+			return fmt.Errorf("%s: %w", op, eventstore.ErrVersionConflict)
+		case "events_event_id":
+			return fmt.Errorf("%s: %w: an event with this id is already stored", op, eventstore.ErrVersionConflict)
+		}
+	case db.IsUnavailable(err):
+		return fmt.Errorf("%s: %w: %w", op, eventstore.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// selectColumns returns tx_id as text (pgx has no xid8 type) under another
+// name: an output column named tx_id would capture ORDER BY tx_id and sort
+// the log as text, "1000" before "999".
+const selectColumns = `position, tx_id::text AS tx_text, tenant_id, stream_id, version, event_id::text, event_type, schema_version, data, metadata, recorded_at`
+
+// ReadStream implements eventstore.Store.
+func (s *Store) ReadStream(ctx context.Context, tenant, stream string, after int64) ([]event.Record, error) {
+	if tenant == "" {
+		return nil, eventstore.ErrNoTenant
+	}
+	b := &pgx.Batch{}
+	b.Queue(db.SetTenantSQL, tenant)
+	b.Queue(`SELECT `+selectColumns+` FROM events
+		WHERE tenant_id = $1 AND stream_id = $2 AND version > $3 ORDER BY version`, tenant, stream, after)
+	br := s.app.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, translate("read stream "+stream, err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, translate("read stream "+stream, err)
+	}
+	recs, err := scanRecords(rows)
+	if err != nil {
+		return nil, translate("read stream "+stream, err)
+	}
+	return recs, nil
+}
+
+// readAllSQL is the never-skipping cursor. The bound and the rows come from
+// one statement, hence one snapshot: every transaction with an xid below
+// pg_snapshot_xmin has ended, and no new transaction can get an xid below
+// it, so the rows returned are final and nothing can later appear behind
+// the cursor. Marten's worst skip bug came from computing such a bound in a
+// separate statement with its own snapshot.
+const readAllSQL = `SELECT ` + selectColumns + ` FROM events
+WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)
+  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY events.tx_id, events.position
+LIMIT $3`
+
+// ReadAll implements eventstore.Log.
+func (s *Store) ReadAll(ctx context.Context, after event.Position, limit int) ([]event.Record, error) {
+	if s.projector == nil {
+		return nil, errors.New("read all: store opened without a projector pool")
+	}
+	if limit <= 0 {
+		limit = 500
+	}
+	rows, err := s.projector.Query(ctx, readAllSQL, strconv.FormatUint(after.Major, 10), int64(after.Minor), limit)
+	if err != nil {
+		return nil, translate("read all", err)
+	}
+	recs, err := scanRecords(rows)
+	if err != nil {
+		return nil, translate("read all", err)
+	}
+	return recs, nil
+}
+
+// Head implements eventstore.Log.
+func (s *Store) Head(ctx context.Context) (event.Position, error) {
+	if s.projector == nil {
+		return event.Position{}, errors.New("head: store opened without a projector pool")
+	}
+	var tx string
+	var pos int64
+	err := s.projector.QueryRow(ctx, `SELECT tx_id::text AS tx_text, position FROM events
+		WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY events.tx_id DESC, events.position DESC LIMIT 1`).Scan(&tx, &pos)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return event.Position{}, nil
+	}
+	if err != nil {
+		return event.Position{}, translate("head", err)
+	}
+	major, err := strconv.ParseUint(tx, 10, 64)
+	if err != nil {
+		return event.Position{}, fmt.Errorf("head: parse tx id: %w", err)
+	}
+	return event.Position{Major: major, Minor: uint64(pos)}, nil
+}
+
+// Lag counts the events a reader at after has not seen yet and returns the
+// recording time of the oldest of them (zero when there are none). It also
+// counts events not yet visible because an older transaction is still
+// open: that is exactly the lag an operator needs to see.
+func (s *Store) Lag(ctx context.Context, after event.Position) (events int64, oldest time.Time, err error) {
+	if s.projector == nil {
+		return 0, time.Time{}, errors.New("lag: store opened without a projector pool")
+	}
+	var at *time.Time
+	err = s.projector.QueryRow(ctx, `SELECT count(*), min(recorded_at) FROM events
+		WHERE (tx_id, position) > ($1::text::xid8, $2::bigint)`,
+		strconv.FormatUint(after.Major, 10), int64(after.Minor)).Scan(&events, &at)
+	if err != nil {
+		return 0, time.Time{}, translate("lag", err)
+	}
+	if at != nil {
+		oldest = *at
+	}
+	return events, oldest, nil
+}
+
+func scanRecords(rows pgx.Rows) ([]event.Record, error) {
+	defer rows.Close()
+	var out []event.Record
+	for rows.Next() {
+		var r event.Record
+		var pos int64
+		var tx string
+		var meta []byte
+		var sv int32
+		if err := rows.Scan(&pos, &tx, &r.Tenant, &r.Stream, &r.Version, &r.ID, &r.Type, &sv, &r.Data, &meta, &r.RecordedAt); err != nil {
+			return nil, err
+		}
+		major, err := strconv.ParseUint(tx, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parse tx id %q: %w", tx, err)
+		}
+		r.Position = event.Position{Major: major, Minor: uint64(pos)}
+		r.SchemaVersion = int(sv)
+		if err := json.Unmarshal(meta, &r.Metadata); err != nil {
+			return nil, fmt.Errorf("decode metadata of %s/%d: %w", r.Stream, r.Version, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// LookupIdempotency implements eventstore.IdempotencyStore.
+func (s *Store) LookupIdempotency(ctx context.Context, tenant, key string) (eventstore.IdempotencyRecord, bool, error) {
+	if tenant == "" {
+		return eventstore.IdempotencyRecord{}, false, eventstore.ErrNoTenant
+	}
+	b := &pgx.Batch{}
+	b.Queue(db.SetTenantSQL, tenant)
+	b.Queue(`SELECT request_hash, response, created_at FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`, tenant, key)
+	br := s.app.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return eventstore.IdempotencyRecord{}, false, translate("lookup idempotency key", err)
+	}
+	var rec eventstore.IdempotencyRecord
+	err := br.QueryRow().Scan(&rec.RequestHash, &rec.Response, &rec.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return eventstore.IdempotencyRecord{}, false, nil
+	}
+	if err != nil {
+		return eventstore.IdempotencyRecord{}, false, translate("lookup idempotency key", err)
+	}
+	return rec, true, nil
+}
+
+// SaveIdempotency implements eventstore.IdempotencyStore.
+func (s *Store) SaveIdempotency(ctx context.Context, tenant, key, requestHash string, response []byte) error {
+	if tenant == "" {
+		return eventstore.ErrNoTenant
+	}
+	b := &pgx.Batch{}
+	b.Queue(db.SetTenantSQL, tenant)
+	b.Queue(`INSERT INTO idempotency_keys (tenant_id, key, request_hash, response) VALUES ($1, $2, $3, $4)`,
+		tenant, key, requestHash, response)
+	br := s.app.SendBatch(ctx, b)
+	defer br.Close()
+	for i := 0; i < 2; i++ {
+		if _, err := br.Exec(); err != nil {
+			return translate("save idempotency key", err)
+		}
+	}
+	return translate0("save idempotency key", br.Close())
+}
+
+func translate0(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return translate(op, err)
+}

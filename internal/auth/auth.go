@@ -1,0 +1,178 @@
+// Package auth verifies and issues the bearer tokens of strata's HTTP APIs:
+// HS256 JWTs whose claims carry the subject, the tenant (the only source of
+// a request's tenant), the expiry and optional scopes. It also keeps the
+// development signing secret in the data directory.
+package auth
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/strata-es/strata/domain"
+)
+
+// Scopes understood by the APIs.
+const (
+	// ScopeAdmin opens /v1/admin/... for the token's tenant.
+	ScopeAdmin = "admin"
+)
+
+// Claims are the verified contents of a token.
+type Claims struct {
+	Subject string
+	Tenant  domain.TenantID
+	Scopes  []string
+	// CrossTenant lets an admin token look at every tenant's projection
+	// and dead-letter state; such reads are audited.
+	CrossTenant bool
+	ExpiresAt   time.Time
+}
+
+// HasScope reports whether the token carries scope s.
+func (c Claims) HasScope(s string) bool {
+	for _, x := range c.Scopes {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrInvalidToken is returned for every token that fails verification. Its
+// wrapped detail is for logs; clients get one generic answer.
+var ErrInvalidToken = errors.New("invalid token")
+
+// MinSecretLen is the shortest accepted HS256 secret, in bytes.
+const MinSecretLen = 32
+
+// maxTokenLen bounds the work done on a hostile Authorization header.
+const maxTokenLen = 4096
+
+type wireClaims struct {
+	jwt.RegisteredClaims
+	Tenant      string `json:"tenant"`
+	Scope       string `json:"scope,omitempty"`
+	CrossTenant bool   `json:"cross_tenant,omitempty"`
+}
+
+// Verifier checks tokens signed with one secret.
+type Verifier struct {
+	secret []byte
+	parser *jwt.Parser
+}
+
+// NewVerifier returns a verifier for secret. now may be nil (time.Now).
+func NewVerifier(secret []byte, now func() time.Time) (*Verifier, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("jwt secret must be at least %d bytes", MinSecretLen)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Verifier{
+		secret: secret,
+		parser: jwt.NewParser(
+			jwt.WithValidMethods([]string{"HS256"}), // no "none", no algorithm confusion
+			jwt.WithExpirationRequired(),
+			jwt.WithLeeway(30*time.Second),
+			jwt.WithTimeFunc(now),
+			jwt.WithStrictDecoding(),
+		),
+	}, nil
+}
+
+// Parse verifies token and returns its claims. Every failure wraps
+// ErrInvalidToken.
+func (v *Verifier) Parse(token string) (Claims, error) {
+	if token == "" || len(token) > maxTokenLen {
+		return Claims{}, fmt.Errorf("%w: empty or oversized", ErrInvalidToken)
+	}
+	var wc wireClaims
+	_, err := v.parser.ParseWithClaims(token, &wc, func(*jwt.Token) (any, error) { return v.secret, nil })
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+	}
+	tenant, err := domain.ParseTenantID(wc.Tenant)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: tenant claim missing or malformed", ErrInvalidToken)
+	}
+	if wc.Subject == "" || len(wc.Subject) > 256 {
+		return Claims{}, fmt.Errorf("%w: sub claim missing or too long", ErrInvalidToken)
+	}
+	c := Claims{Subject: wc.Subject, Tenant: tenant, CrossTenant: wc.CrossTenant, ExpiresAt: wc.ExpiresAt.Time}
+	if wc.Scope != "" {
+		c.Scopes = strings.Fields(wc.Scope)
+	}
+	return c, nil
+}
+
+// Sign issues a token for c valid for ttl.
+func Sign(secret []byte, c Claims, ttl time.Duration) (string, error) {
+	if len(secret) < MinSecretLen {
+		return "", fmt.Errorf("jwt secret must be at least %d bytes", MinSecretLen)
+	}
+	if _, err := domain.ParseTenantID(string(c.Tenant)); err != nil {
+		return "", err
+	}
+	if c.Subject == "" {
+		return "", errors.New("subject is required")
+	}
+	now := time.Now()
+	wc := wireClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Subject:   c.Subject,
+			IssuedAt:  jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+		},
+		Tenant:      string(c.Tenant),
+		Scope:       strings.Join(c.Scopes, " "),
+		CrossTenant: c.CrossTenant,
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, wc).SignedString(secret)
+}
+
+// SecretFile is the development secret's file name in the data directory.
+const SecretFile = "jwt-secret"
+
+// LoadOrCreateSecret returns the development secret kept in dir, creating a
+// random one (mode 0600) on first use. Production sets STRATA_JWT_SECRET.
+func LoadOrCreateSecret(dir string) ([]byte, error) {
+	path := filepath.Join(dir, SecretFile)
+	if b, err := os.ReadFile(path); err == nil {
+		s := strings.TrimSpace(string(b))
+		if len(s) < MinSecretLen {
+			return nil, fmt.Errorf("%s holds a secret shorter than %d bytes: delete it to generate a new one", path, MinSecretLen)
+		}
+		return []byte(s), nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read jwt secret: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	s := hex.EncodeToString(raw)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) { // another process won the race
+		return LoadOrCreateSecret(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create jwt secret: %w", err)
+	}
+	if _, err := f.WriteString(s + "\n"); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return []byte(s), f.Close()
+}

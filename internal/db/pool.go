@@ -1,0 +1,106 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/strata-es/strata/domain"
+)
+
+// PoolConfig tunes a pool. Zero values take the defaults.
+type PoolConfig struct {
+	// Role is the role every connection switches to (RoleApp,
+	// RoleProjector); "" keeps the login role (migrations, admin tasks).
+	Role string
+	// MaxConns defaults to 8: on a 2-core database host more connections
+	// than 2-4x the cores only adds contention (notes/postgres-limits.md).
+	MaxConns int32
+	// AppName is reported in pg_stat_activity.
+	AppName string
+	// Tracer, when set, receives every query (OpenTelemetry, metrics).
+	Tracer pgx.QueryTracer
+}
+
+// OpenPool opens a pool on url whose connections run as cfg.Role in the
+// strata schema. It does not wait for the database to be reachable: the
+// first query reports that, so a service can start while its database is
+// still coming up.
+func OpenPool(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's message can echo the URL, password included: keep it out.
+		return nil, errors.New("parse database url: invalid connection string")
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	} else {
+		pc.MaxConns = 8
+	}
+	pc.MaxConnIdleTime = 5 * time.Minute
+	pc.HealthCheckPeriod = 15 * time.Second
+	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	pc.ConnConfig.RuntimeParams["search_path"] = Schema
+	if cfg.AppName != "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
+	}
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
+	}
+	if role := cfg.Role; role != "" {
+		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, "SET ROLE "+pgx.Identifier{role}.Sanitize())
+			return err
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// Beginner is the smallest interface WithTenantTx needs (pgxpool.Pool,
+// pgx.Conn and pgx.Tx all satisfy it).
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// ErrNoTenant is returned when a tenant-scoped transaction is asked for
+// without a tenant in the context: we fail closed.
+var ErrNoTenant = errors.New("db: no tenant in context")
+
+// WithTenantTx runs fn in a transaction in which row-level security sees
+// only the tenant carried by ctx. The setting is transaction-local, so a
+// pooled connection never carries it into the next transaction. It commits
+// when fn returns nil and rolls back otherwise.
+func WithTenantTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	tenant, ok := domain.TenantFromContext(ctx)
+	if !ok {
+		return ErrNoTenant
+	}
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := SetTenant(ctx, tx, string(tenant)); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// SetTenant sets the transaction-local tenant for RLS. Use it only inside a
+// transaction; projections call it per event as the tenant changes.
+func SetTenant(ctx context.Context, tx pgx.Tx, tenant string) error {
+	if tenant == "" {
+		return ErrNoTenant
+	}
+	_, err := tx.Exec(ctx, "SELECT set_config('"+TenantSetting+"', $1, true)", tenant)
+	return err
+}
+
+// SetTenantSQL is the statement SetTenant runs, for callers that queue it
+// into a pgx.Batch to save a round trip. Its one argument is the tenant.
+const SetTenantSQL = "SELECT set_config('" + TenantSetting + "', $1, true)"
