@@ -1,0 +1,43 @@
+# strata — see README.md. Every target works on a fresh machine: Go comes
+# from /usr/local/go, modules from the Go module proxy, PostgreSQL from the
+# local server binaries (started by strata itself or by the tests).
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+BIN := bin/strata
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_\/-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/strata
+	$(GO) build -o $(BIN) ./cmd/strata
+
+.PHONY: run
+run: build ## run strata serve on a private PostgreSQL (or $$DATABASE_URL) and print a token and a curl line
+	./$(BIN) serve
+
+.PHONY: test
+test: ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set)
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: test/race
+test/race: ## the tests under the race detector
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: db/reset
+db/reset: ## stop the embedded PostgreSQL of make run and delete its data (./.strata)
+	-@[ -f .strata/pg/postmaster.pid ] && runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D .strata/pg -m fast stop || true
+	rm -rf .strata
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf bin

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/internal/pgembed"
+)
+
+// env reads configuration variables. Every variable strata reads is named
+// in envVars (the README's configuration reference is checked against it).
+type env struct{ get func(string) string }
+
+func newEnv(get func(string) string) env { return env{get: get} }
+
+// envVars documents every environment variable strata reads.
+var envVars = map[string]string{
+	"DATABASE_URL":        "PostgreSQL URL; unset = a private PostgreSQL under STRATA_DATA_DIR",
+	"STRATA_DATA_DIR":     "directory for the embedded PostgreSQL and the development JWT secret (default ./.strata)",
+	"STRATA_ADDR":         "listen address of serve (default :8080)",
+	"STRATA_ROLES":        "roles of serve: command,query,projector (default all)",
+	"STRATA_JWT_SECRET":   "HS256 secret (>= 32 bytes); unset = a generated secret kept in STRATA_DATA_DIR",
+	"STRATA_AUTO_MIGRATE": "apply pending migrations when serve starts (default true)",
+	"STRATA_LOG_LEVEL":    "debug, info, warn or error (default info)",
+	"STRATA_DB_MAX_CONNS": "connections per pool (default 8)",
+}
+
+func (e env) str(name, def string) string {
+	if _, ok := envVars[name]; !ok {
+		panic("undocumented environment variable " + name)
+	}
+	if v := strings.TrimSpace(e.get(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (e env) boolean(name string, def bool) (bool, error) {
+	v := e.str(name, "")
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false", name, v)
+	}
+	return b, nil
+}
+
+func (e env) integer(name string, def int) (int, error) {
+	v := e.str(name, "")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive integer", name, v)
+	}
+	return n, nil
+}
+
+func (e env) dataDir() (string, error) {
+	dir, err := filepath.Abs(e.str("STRATA_DATA_DIR", ".strata"))
+	if err != nil {
+		return "", fmt.Errorf("STRATA_DATA_DIR: %w", err)
+	}
+	return dir, nil
+}
+
+// newLogger returns the process logger: JSON lines on w.
+func newLogger(e env, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(e.str("STRATA_LOG_LEVEL", "info"))); err != nil {
+		return nil, fmt.Errorf("STRATA_LOG_LEVEL: want debug, info, warn or error")
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), nil
+}
+
+// jwtSecret returns STRATA_JWT_SECRET, or the development secret kept in
+// the data directory (generated on first use). dev reports the latter.
+func (e env) jwtSecret() (secret []byte, dev bool, err error) {
+	if s := e.str("STRATA_JWT_SECRET", ""); s != "" {
+		if len(s) < auth.MinSecretLen {
+			return nil, false, fmt.Errorf("STRATA_JWT_SECRET must be at least %d bytes", auth.MinSecretLen)
+		}
+		return []byte(s), false, nil
+	}
+	dir, err := e.dataDir()
+	if err != nil {
+		return nil, false, err
+	}
+	s, err := auth.LoadOrCreateSecret(dir)
+	return s, true, err
+}
+
+// embeddedDatabase is the database strata creates in its embedded server.
+const embeddedDatabase = "strata"
+
+// database returns the URL to use: DATABASE_URL, or a private PostgreSQL
+// started (or reused) under the data directory. stop shuts down a server
+// this call started; it is a no-op otherwise.
+func (e env) database(ctx context.Context, logger *slog.Logger) (url string, embedded *pgembed.Server, stop func(), err error) {
+	if u := e.str("DATABASE_URL", ""); u != "" {
+		return u, nil, func() {}, nil
+	}
+	dir, err := e.dataDir()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, nil, fmt.Errorf("create data directory %s: %w", dir, err)
+	}
+	srv, err := pgembed.Start(ctx, pgembed.Config{
+		DataDir: filepath.Join(dir, "pg"),
+		Mode:    pgembed.Daemon,
+		Logf:    func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) },
+	})
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("start the embedded PostgreSQL (or set DATABASE_URL): %w", err)
+	}
+	if err := createDatabase(ctx, srv.URL(), embeddedDatabase); err != nil {
+		return "", nil, nil, err
+	}
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			logger.Warn("stop embedded PostgreSQL", "error", err.Error())
+		}
+	}
+	return srv.URLFor(embeddedDatabase), srv, stop, nil
+}
+
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to the embedded PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}

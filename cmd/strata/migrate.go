@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/strata-es/strata/internal/db"
+)
+
+func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: strata migrate up|status|down [--steps N]")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("migrate "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	steps := fs.Int("steps", 1, "down: how many migrations to revert")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	logger, err := newLogger(e, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata migrate:", err)
+		return exitUsage
+	}
+	url, _, stopDB, err := e.database(ctx, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata migrate:", err)
+		return exitFailure
+	}
+	defer stopDB()
+	logf := func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
+	switch args[0] {
+	case "up":
+		err = db.Up(ctx, url, logf)
+	case "down":
+		err = db.Down(ctx, url, *steps, logf)
+	case "status":
+		var st []db.MigrationStatus
+		if st, err = db.Status(ctx, url); err == nil {
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
+			for _, m := range st {
+				applied := "pending"
+				if !m.AppliedAt.IsZero() {
+					applied = m.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+				}
+				if m.Modified {
+					applied += " (modified since it was applied!)"
+				}
+				fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, applied)
+			}
+			tw.Flush()
+		}
+	default:
+		fmt.Fprintf(stderr, "strata migrate: unknown subcommand %q: want up, status or down\n", args[0])
+		return exitUsage
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "strata migrate:", err)
+		return exitFailure
+	}
+	return exitOK
+}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/strata-es/strata/commands"
+	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/httpapi"
+)
+
+// Roles a serve process can run.
+const (
+	roleCommand   = "command"
+	roleQuery     = "query"
+	roleProjector = "projector"
+)
+
+var allRoles = []string{roleCommand, roleQuery, roleProjector}
+
+type roleSet map[string]bool
+
+func parseRoles(s string) (roleSet, error) {
+	rs := roleSet{}
+	for _, r := range strings.Split(s, ",") {
+		r = strings.TrimSpace(r)
+		if r == "" {
+			continue
+		}
+		ok := false
+		for _, known := range allRoles {
+			ok = ok || r == known
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown role %q: want a comma-separated subset of %s", r, strings.Join(allRoles, ","))
+		}
+		rs[r] = true
+	}
+	if len(rs) == 0 {
+		return nil, errors.New("no roles given")
+	}
+	return rs, nil
+}
+
+func (rs roleSet) String() string {
+	var out []string
+	for _, r := range allRoles {
+		if rs[r] {
+			out = append(out, r)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// shutdownTimeout bounds how long serve waits for in-flight work on
+// SIGTERM before it exits anyway.
+const shutdownTimeout = 20 * time.Second
+
+func cmdServe(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", e.str("STRATA_ADDR", ":8080"), "listen address")
+	rolesFlag := fs.String("roles", e.str("STRATA_ROLES", strings.Join(allRoles, ",")), "comma-separated roles: command,query,projector")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	roles, err := parseRoles(*rolesFlag)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata serve:", err)
+		return exitUsage
+	}
+	logger, err := newLogger(e, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata serve:", err)
+		return exitUsage
+	}
+	slog.SetDefault(logger)
+	if err := serve(ctx, e, *addr, roles, logger, stdout); err != nil {
+		logger.Error("serve failed", "error", err.Error())
+		fmt.Fprintln(stderr, "strata serve:", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// app is what the roles of one serve process share. Each role's wiring
+// (wireCommand, wireQuery, wireProjector) adds its routes, background loops
+// and readiness checks to it.
+type app struct {
+	logger    *slog.Logger
+	url       string
+	appPool   *pgxpool.Pool // db.RoleApp
+	projPool  *pgxpool.Pool // db.RoleProjector
+	store     *postgres.Store
+	verifier  *auth.Verifier
+	router    *mux.Router // unauthenticated: /livez, /readyz
+	api       *mux.Router // bearer-authenticated
+	appended  *broadcast  // fires after every committed append in this process
+	workers   []worker
+	readiness []readinessCheck
+}
+
+// worker is a background loop of a role; it runs until ctx is cancelled
+// and then returns after finishing its current unit of work.
+type worker struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+type readinessCheck struct {
+	name  string
+	check func(ctx context.Context) error
+}
+
+func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.Logger, stdout io.Writer) error {
+	autoMigrate, err := e.boolean("STRATA_AUTO_MIGRATE", true)
+	if err != nil {
+		return err
+	}
+	maxConns, err := e.integer("STRATA_DB_MAX_CONNS", 8)
+	if err != nil {
+		return err
+	}
+	secret, devSecret, err := e.jwtSecret()
+	if err != nil {
+		return err
+	}
+	verifier, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		return err
+	}
+
+	url, embedded, stopDB, err := e.database(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopDB()
+	if autoMigrate {
+		if err := db.Up(ctx, url, func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }); err != nil {
+			return fmt.Errorf("migrate (set STRATA_AUTO_MIGRATE=false and run `strata migrate up` with an owner's DATABASE_URL if this role may not change the schema): %w", err)
+		}
+	}
+	appPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: int32(maxConns), AppName: "strata"})
+	if err != nil {
+		return err
+	}
+	defer appPool.Close()
+	projPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleProjector, MaxConns: int32(maxConns), AppName: "strata-projector"})
+	if err != nil {
+		return err
+	}
+	defer projPool.Close()
+
+	a := &app{
+		logger:   logger,
+		url:      url,
+		appPool:  appPool,
+		projPool: projPool,
+		verifier: verifier,
+		router:   mux.NewRouter(),
+		appended: newBroadcast(),
+	}
+	a.store = postgres.New(appPool, projPool, postgres.WithAppendHook(a.appended.fire))
+	a.router.NotFoundHandler = httpapi.NotFound()
+	a.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
+	a.router.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}).Methods(http.MethodGet).Name("livez")
+	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool) }})
+	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
+	a.api = a.router.NewRoute().Subrouter()
+	a.api.Use(httpapi.Authenticate(verifier))
+
+	for _, w := range []struct {
+		role string
+		wire func(*app) error
+	}{{roleCommand, wireCommand}, {roleQuery, wireQuery}, {roleProjector, wireProjector}} {
+		if roles[w.role] {
+			if err := w.wire(a); err != nil {
+				return fmt.Errorf("start %s role: %w", w.role, err)
+			}
+		}
+	}
+
+	srv := httpapi.NewServer(addr, httpapi.WithRequestID(httpapi.Recover(a.router)))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	baseURL := "http://" + displayAddr(ln.Addr())
+
+	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWorkers()
+	var wg sync.WaitGroup
+	werr := make(chan error, len(a.workers)+1)
+	for _, w := range a.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.run(wctx); err != nil && wctx.Err() == nil {
+				werr <- fmt.Errorf("%s: %w", w.name, err)
+			}
+		}()
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			werr <- err
+		}
+	}()
+	logger.Info("serving", "url", baseURL, "roles", roles.String())
+	printBanner(stdout, baseURL, roles, embedded != nil, devSecret, secret)
+
+	var failure error
+	select {
+	case failure = <-werr:
+		logger.Error("a component failed; shutting down", "error", failure.Error())
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "timeout", shutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		failure = errors.Join(failure, fmt.Errorf("shutdown: %w", err))
+	}
+	stopWorkers()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		failure = errors.Join(failure, errors.New("background work did not stop within the shutdown timeout"))
+	}
+	logger.Info("stopped")
+	return failure
+}
+
+func wireCommand(a *app) error {
+	commandapi.New(commands.NewHandler(a.store, a.store, commands.Config{})).Register(a.api)
+	return nil
+}
+
+func schemaCurrent(ctx context.Context, pool *pgxpool.Pool) error {
+	v, err := db.CurrentVersion(ctx, pool)
+	if err != nil {
+		return errors.New("unreachable")
+	}
+	if v != db.LatestVersion() {
+		return fmt.Errorf("schema at version %d, want %d: run `strata migrate up`", v, db.LatestVersion())
+	}
+	return nil
+}
+
+// readyz reports whether this process can serve: every check of its roles
+// passes (the database answers with the expected schema, projections are
+// running, ...).
+func (a *app) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	ok := true
+	for _, c := range a.readiness {
+		if err := c.check(ctx); err != nil {
+			checks[c.name] = err.Error()
+			ok = false
+		} else {
+			checks[c.name] = "ok"
+		}
+	}
+	if !ok {
+		w.Header().Set("Retry-After", "2")
+		httpapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "checks": checks})
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": checks})
+}
+
+// displayAddr turns ":8080" / "[::]:8080" into something a curl line can use.
+func displayAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// devTenant is the tenant of the token printed at startup.
+const devTenant = "demo"
+
+func printBanner(w io.Writer, baseURL string, roles roleSet, embedded, devSecret bool, secret []byte) {
+	fmt.Fprintf(w, "strata is serving on %s (roles: %s)\n", baseURL, roles)
+	if embedded {
+		fmt.Fprintln(w, "database: embedded PostgreSQL (data in $STRATA_DATA_DIR, default ./.strata)")
+	}
+	if !devSecret {
+		fmt.Fprintln(w, "tokens: signed with STRATA_JWT_SECRET; make one with `strata token --tenant T`")
+		return
+	}
+	token, err := auth.Sign(secret, auth.Claims{Subject: "dev", Tenant: devTenant, Scopes: []string{auth.ScopeAdmin}}, 24*time.Hour)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(w, "development token (tenant %q, admin scope, valid 24h):\n  %s\n", devTenant, token)
+	fmt.Fprintf(w, "try:\n  curl -s -X POST %s/v1/orders -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"customer_id\":\"c-1\",\"currency\":\"EUR\"}'\n", baseURL, token)
+}
