@@ -132,6 +132,9 @@ func (e env) database(ctx context.Context, logger *slog.Logger) (url string, emb
 		return "", nil, nil, err
 	}
 	stop = func() {
+		if srv.Reused() {
+			return // another strata process started it and will stop it
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := srv.Stop(ctx); err != nil {
