@@ -137,8 +137,16 @@ func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result
 			res, _, err := h.replay(ctx, tenant, idem)
 			return res, err
 		case errors.Is(err, eventstore.ErrVersionConflict) && opts.ExpectedVersion == nil && attempt < h.cfg.MaxAttempts:
-			// Someone else moved the order between our load and append:
-			// decide again on the new state, after a short jittered pause.
+			// Someone else moved the order between our load and append.
+			// That someone may be a concurrent duplicate of this very
+			// request: its outcome, once recorded, is ours.
+			if idem != nil {
+				if res, done, err := h.replay(ctx, tenant, idem); done || err != nil {
+					return res, err
+				}
+			}
+			// Otherwise decide again on the new state, after a short
+			// jittered pause.
 			pause := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
 			select {
 			case <-ctx.Done():
