@@ -28,6 +28,14 @@ test: ## run every test against real PostgreSQL (started by the tests unless $$T
 test/race: ## the tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m ./...
 
+.PHONY: bench
+bench: build ## measure every hot path against raw PostgreSQL in the same run (~15 min); writes bench-results/
+	./$(BIN) bench --out bench-results/bench.json
+
+.PHONY: bench-quick
+bench-quick: build ## a one-minute smoke run of the benchmarks
+	./$(BIN) bench --quick --out bench-results/bench-quick.json
+
 .PHONY: lint
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -33,6 +33,7 @@ Usage:
   strata serve   [--addr :8080] [--roles command,query,projector]   run the APIs and projectors
   strata migrate up|status|down [--steps N]                         manage the database schema
   strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token
+  strata bench   [--quick] [--out FILE] [--workloads a,b]          measure hot paths against raw PostgreSQL
   strata version                                                    print the version
 
 Configuration comes from the environment; see README.md ("Configuration").
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdMigrate(ctx, args[1:], env, stdout, stderr)
 	case "token":
 		return cmdToken(args[1:], env, stdout, stderr)
+	case "bench":
+		return cmdBench(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "strata", version)
 		return exitOK

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/strata-es/strata/internal/bench"
+)
+
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "a one-minute smoke run of every workload")
+	out := fs.String("out", "bench-results/bench.json", "JSON results file")
+	only := fs.String("workloads", "", "comma-separated subset of: "+strings.Join(bench.Names(), ","))
+	runs := fs.Int("runs", 0, "repetitions per variant (default 3, quick 1)")
+	dur := fs.Duration("duration", 0, "measured time per run (default 10s, quick 2s)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	cfg := bench.Full()
+	if *quick {
+		cfg = bench.Quick()
+	}
+	if *runs > 0 {
+		cfg.Runs = *runs
+	}
+	if *dur > 0 {
+		cfg.Duration = *dur
+	}
+	if *only != "" {
+		cfg.Workloads = strings.Split(*only, ",")
+	}
+	cfg.Progress = stderr
+	if exe, err := os.Executable(); err == nil {
+		cfg.StrataPath = exe
+	}
+	dir, err := os.MkdirTemp("", "strata-bench-")
+	if err != nil {
+		fmt.Fprintln(stderr, "strata bench:", err)
+		return exitFailure
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must traverse it
+		fmt.Fprintln(stderr, "strata bench:", err)
+		return exitFailure
+	}
+	rep, err := bench.Execute(ctx, dir+"/pg", cfg)
+	if rep != nil && len(rep.Results) > 0 {
+		rep.WriteTable(stdout)
+		if *out != "" {
+			if mkErr := os.MkdirAll(dirOf(*out), 0o755); mkErr == nil {
+				if werr := rep.WriteJSON(*out); werr != nil {
+					fmt.Fprintln(stderr, "strata bench: write results:", werr)
+				} else {
+					fmt.Fprintln(stdout, "results written to", *out)
+				}
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "strata bench:", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func dirOf(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i > 0 {
+		return path[:i]
+	}
+	return "."
+}
