@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
@@ -22,6 +24,7 @@ import (
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/internal/telemetry"
 )
 
 // Roles a serve process can run.
@@ -111,6 +114,8 @@ type app struct {
 	router    *mux.Router // unauthenticated: /livez, /readyz
 	api       *mux.Router // bearer-authenticated
 	appended  *broadcast  // fires after every committed append in this process
+	metrics   *telemetry.Metrics
+	tracing   bool // an exporter is configured
 	workers   []worker
 	readiness []readinessCheck
 }
@@ -145,6 +150,22 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		return err
 	}
 
+	shutdownTracing, tracing, err := telemetry.SetupTracing(ctx, e.get, "strata", stdout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			logger.Warn("flush traces", "error", err.Error())
+		}
+	}()
+	var pgTracer pgx.QueryTracer
+	if tracing {
+		pgTracer = telemetry.PgxTracer{}
+	}
+
 	url, embedded, stopDB, err := e.database(ctx, logger)
 	if err != nil {
 		return err
@@ -155,12 +176,12 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 			return fmt.Errorf("migrate (set STRATA_AUTO_MIGRATE=false and run `strata migrate up` with an owner's DATABASE_URL if this role may not change the schema): %w", err)
 		}
 	}
-	appPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: int32(maxConns), AppName: "strata"})
+	appPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: int32(maxConns), AppName: "strata", Tracer: pgTracer})
 	if err != nil {
 		return err
 	}
 	defer appPool.Close()
-	projPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleProjector, MaxConns: int32(maxConns), AppName: "strata-projector"})
+	projPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleProjector, MaxConns: int32(maxConns), AppName: "strata-projector", Tracer: pgTracer})
 	if err != nil {
 		return err
 	}
@@ -174,7 +195,11 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		verifier: verifier,
 		router:   mux.NewRouter(),
 		appended: newBroadcast(),
+		metrics:  telemetry.NewMetrics(),
+		tracing:  tracing,
 	}
+	a.metrics.RegisterPool("app", appPool)
+	a.metrics.RegisterPool("projector", projPool)
 	a.store = postgres.New(appPool, projPool, postgres.WithAppendHook(a.appended.fire))
 	a.router.NotFoundHandler = httpapi.NotFound()
 	a.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
@@ -183,6 +208,11 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	}).Methods(http.MethodGet).Name("livez")
 	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool) }})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
+	a.router.Handle("/metrics", a.metrics.Handler()).Methods(http.MethodGet).Name("metrics")
+	a.router.Use(a.metrics.HTTPMiddleware)
+	if tracing {
+		a.router.Use(telemetry.NameSpanByRoute)
+	}
 	a.api = a.router.NewRoute().Subrouter()
 	a.api.Use(httpapi.Authenticate(verifier))
 
@@ -197,7 +227,11 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}
 
-	srv := httpapi.NewServer(addr, httpapi.WithRequestID(httpapi.Recover(a.router)))
+	var handler http.Handler = httpapi.WithRequestID(httpapi.Recover(a.router))
+	if tracing {
+		handler = otelhttp.NewHandler(handler, "http.server")
+	}
+	srv := httpapi.NewServer(addr, handler)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -250,7 +284,8 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 }
 
 func wireCommand(a *app) error {
-	commandapi.New(commands.NewHandler(a.store, a.store, commands.Config{})).Register(a.api)
+	h := commands.NewHandler(telemetry.InstrumentStore(a.store, a.metrics), a.store, commands.Config{})
+	commandapi.New(telemetry.InstrumentCommands(h, a.metrics)).Register(a.api)
 	return nil
 }
 
