@@ -177,6 +177,15 @@ func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream st
 	if err != nil {
 		return Result{}, fmt.Errorf("load %s: %w", stream, err)
 	}
+	if idem := opts.Idempotency; idem != nil {
+		if res, ok := alreadyApplied(history, commandID, cmd.Target()); ok {
+			// An earlier execution of this very command appended its events
+			// but its outcome was never recorded (a store whose events and
+			// idempotency records live apart, e.g. EventStoreDB, crashed in
+			// between). Record it now instead of executing twice.
+			return h.recordApplied(ctx, tenant, idem, res)
+		}
+	}
 	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != o.Version {
 		return Result{}, fmt.Errorf("order is at version %d, not %d: %w", o.Version, *opts.ExpectedVersion, ErrVersionConflict)
 	}
@@ -260,4 +269,33 @@ func (h *Handler) recordRejection(ctx context.Context, tenant domain.TenantID, i
 // input is not stored: it never reached a decision.
 func isRejection(err error) bool {
 	return errors.Is(err, domain.ErrRejected) || errors.Is(err, domain.ErrNotFound)
+}
+
+// alreadyApplied finds the events a command with commandID appended in an
+// earlier, unrecorded execution.
+func alreadyApplied(history []event.Record, commandID, orderID string) (Result, bool) {
+	var res Result
+	found := false
+	for _, rec := range history {
+		if rec.Metadata.CommandID == commandID {
+			res = Result{OrderID: orderID, Version: rec.Version, Position: rec.Position}
+			found = true
+		}
+	}
+	return res, found
+}
+
+// recordApplied stores the outcome of an execution found in the stream and
+// returns it as a replay.
+func (h *Handler) recordApplied(ctx context.Context, tenant domain.TenantID, idem *Idempotency, res Result) (Result, error) {
+	body, err := idem.Respond(res, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("render recovered outcome: %w", err)
+	}
+	err = h.idem.SaveIdempotency(ctx, string(tenant), idem.Key, idem.RequestHash, body)
+	if err != nil && !errors.Is(err, eventstore.ErrIdempotencyKeyExists) {
+		return Result{}, fmt.Errorf("record recovered outcome: %w", err)
+	}
+	replayed, _, err := h.replay(ctx, tenant, idem)
+	return replayed, err
 }

@@ -1,0 +1,100 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/internal/pgtest"
+	"github.com/strata-es/strata/internal/testdb"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func respond(res Result, err error) ([]byte, error) {
+	if err != nil {
+		return []byte("error: " + err.Error()), nil
+	}
+	return fmt.Appendf(nil, "ok %s v%d %s", res.OrderID, res.Version, res.Position.Token()), nil
+}
+
+// TestUnrecordedExecutionIsNotRepeated: the events of a command are in the
+// stream but its idempotency record is not (a store whose events and
+// records live apart crashed in between). A retry with the same key must
+// record the earlier outcome, not execute again.
+func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
+	d := testdb.New(t)
+	store := postgres.New(d.App, d.Projector)
+	h := NewHandler(store, store, Config{})
+	ctx := domain.NewContext(context.Background(), "t-a")
+	if _, err := h.Handle(ctx, CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// The lost execution: AddLine under key "k", appended without a record.
+	commandID := uuid.NewSHA1(eventIDSpace, []byte("t-a\x00k")).String()
+	evs, err := (AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}).Decide(mustLoad(t, store), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, sv, data, _ := order.Registry.Encode(evs[0])
+	lost, err := store.Append(ctx, eventstore.AppendRequest{Tenant: "t-a", Stream: "order-o-1", Expected: eventstore.Exact(1),
+		Events: []eventstore.NewEvent{{ID: uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/0", commandID)).String(), Type: typ, SchemaVersion: sv, Data: data,
+			Metadata: event.Metadata{CommandID: commandID}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem := &Idempotency{Key: "k", RequestHash: "h", Respond: respond}
+	res, err := h.Handle(ctx, AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, Options{Idempotency: idem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("ok o-1 v2 %s", lost.Position.Token())
+	if string(res.Replayed) != want {
+		t.Fatalf("retry answered %q, want the lost execution's outcome %q", res.Replayed, want)
+	}
+	recs, _ := store.ReadStream(ctx, "t-a", "order-o-1", 0)
+	if len(recs) != 2 {
+		t.Fatalf("the command executed again: %d events", len(recs))
+	}
+	// And the outcome is now recorded.
+	res, err = h.Handle(ctx, AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, Options{Idempotency: idem})
+	if err != nil || string(res.Replayed) != want {
+		t.Fatalf("second retry: %q %v", res.Replayed, err)
+	}
+}
+
+func mustLoad(t *testing.T, s eventstore.Store) *order.Order {
+	t.Helper()
+	recs, err := s.ReadStream(context.Background(), "t-a", "order-o-1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []event.Payload
+	for _, r := range recs {
+		p, err := order.Registry.DecodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	o, err := order.Load(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestNoTenantFailsClosed(t *testing.T) {
+	h := NewHandler(nil, nil, Config{})
+	if _, err := h.Handle(context.Background(), PlaceOrder{OrderID: "o"}, Options{}); err != eventstore.ErrNoTenant {
+		t.Fatalf("got %v, want ErrNoTenant", err)
+	}
+}
