@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -45,7 +47,9 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // exactly one JSON object; no unknown, duplicate or case-variant keys
 // (encoding/json alone would accept "Customer_ID" for "customer_id" and
 // keep the last of duplicate keys); no trailing data; matching types;
-// valid UTF-8 (encoding/json alone would silently replace invalid bytes).
+// valid UTF-8 (encoding/json alone would silently replace invalid bytes);
+// no U+0000 in strings (PostgreSQL cannot store it); at most maxValues
+// values.
 // Every failure is a 400, 413 or 415 *Error.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	body, err := ReadBody(w, r)
@@ -83,15 +87,33 @@ func badJSON(err error) error {
 	switch {
 	case errors.As(err, &typeErr):
 		if typeErr.Field != "" {
-			return Errorf(http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("field %q has the wrong type (want %s)", typeErr.Field, jsonKind(typeErr.Type)))
+			return Errorf(http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("field %s has the wrong type (want %s)", quoteField(typeErr.Field), jsonKind(typeErr.Type)))
 		}
 		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body must be a JSON object")
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body is not valid JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown field "+strings.TrimPrefix(err.Error(), "json: unknown field "))
+		field, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown field "+quoteField(field))
 	}
 	return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body is not valid JSON")
+}
+
+// maxFieldInMessage bounds how much of a client's key an error message
+// quotes back: a megabyte-long key must not come back whole.
+const maxFieldInMessage = 64
+
+// quoteField quotes a field path for an error message, cut to
+// maxFieldInMessage bytes on a rune boundary.
+func quoteField(path string) string {
+	if len(path) <= maxFieldInMessage {
+		return strconv.Quote(path)
+	}
+	cut := maxFieldInMessage
+	for cut > 0 && !utf8.RuneStart(path[cut]) {
+		cut--
+	}
+	return strconv.Quote(path[:cut]) + "..."
 }
 
 func jsonKind(t reflect.Type) string {
@@ -111,20 +133,29 @@ func jsonKind(t reflect.Type) string {
 	return "object"
 }
 
+// maxValues bounds the JSON values (scalars, objects, arrays and keys) of a
+// body. json.Decoder.Token costs about half a microsecond per value, so a
+// megabyte of "[0,0,0,..." would otherwise cost a third of a second of CPU
+// per request; no request of ours has more than a few dozen values.
+const maxValues = 10_000
+
 // checkKeys walks the JSON tokens of body alongside the Go type it will be
 // decoded into and rejects duplicate keys, keys that match a field only
-// case-insensitively, and nesting deeper than maxDepth.
+// case-insensitively, objects and arrays where the type wants a scalar,
+// strings holding U+0000, nesting deeper than maxDepth and more than
+// maxValues values.
 func checkKeys(body []byte, t reflect.Type) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	tok, err := dec.Token()
+	w := &walker{dec: dec}
+	tok, err := w.token()
 	if err != nil {
-		return badJSON(err)
+		return err
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body must be a JSON object")
 	}
-	return walkObject(dec, deref(t), 1, "")
+	return w.object(freeForm(deref(t)), 1, "")
 }
 
 func deref(t reflect.Type) reflect.Type {
@@ -134,56 +165,106 @@ func deref(t reflect.Type) reflect.Type {
 	return t
 }
 
-func walkObject(dec *json.Decoder, t reflect.Type, depth int, path string) error {
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// freeForm returns nil for a type that decodes itself (its JSON shape is
+// its own business, so only duplicate keys and depth are checked), else t.
+func freeForm(t reflect.Type) reflect.Type {
+	if t == nil {
+		return nil
+	}
+	for _, u := range []reflect.Type{t, reflect.PointerTo(t)} {
+		if u.Implements(jsonUnmarshaler) || u.Implements(textUnmarshaler) {
+			return nil
+		}
+	}
+	return t
+}
+
+type walker struct {
+	dec    *json.Decoder
+	values int
+}
+
+func (w *walker) token() (json.Token, error) {
+	if w.values++; w.values > maxValues {
+		return nil, Errorf(http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("request body has more than %d values", maxValues))
+	}
+	tok, err := w.dec.Token()
+	if err != nil {
+		return nil, badJSON(err)
+	}
+	if s, ok := tok.(string); ok && strings.IndexByte(s, 0) >= 0 {
+		// "\u0000" is valid JSON, but PostgreSQL text and jsonb cannot
+		// hold U+0000: it would fail deep in the store as a 500.
+		return nil, Errorf(http.StatusBadRequest, CodeInvalidRequest, `request body has a NUL character (\u0000) in a string`)
+	}
+	return tok, nil
+}
+
+func (w *walker) object(t reflect.Type, depth int, path string) error {
 	if depth > maxDepth {
 		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body is nested too deeply")
 	}
 	fields := jsonFields(t)
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
+	for w.dec.More() {
+		tok, err := w.token()
 		if err != nil {
-			return badJSON(err)
+			return err
 		}
 		key := tok.(string)
 		if seen[key] {
-			return Errorf(http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("duplicate field %q", path+key))
+			return Errorf(http.StatusBadRequest, CodeInvalidRequest, "duplicate field "+quoteField(path+key))
 		}
 		seen[key] = true
 		var ft reflect.Type
 		if fields != nil {
 			f, ok := fields[key]
 			if !ok {
-				return Errorf(http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("unknown field %q", path+key))
+				return Errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown field "+quoteField(path+key))
 			}
 			ft = f
+		} else if t != nil && t.Kind() == reflect.Map {
+			ft = t.Elem()
 		}
-		if err := walkValue(dec, ft, depth, path+key+"."); err != nil {
+		if err := w.value(ft, depth, path+key); err != nil {
 			return err
 		}
 	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return badJSON(err)
-	}
-	return nil
+	_, err := w.token() // '}'
+	return err
 }
 
-func walkValue(dec *json.Decoder, t reflect.Type, depth int, path string) error {
-	tok, err := dec.Token()
+// value walks the value at path, which will be decoded into t (nil: any).
+func (w *walker) value(t reflect.Type, depth int, path string) error {
+	tok, err := w.token()
 	if err != nil {
-		return badJSON(err)
+		return err
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {
 		return nil
 	}
-	t = deref(t)
+	t = freeForm(deref(t))
+	if t != nil {
+		switch k := t.Kind(); {
+		case d == '{' && k != reflect.Struct && k != reflect.Map && k != reflect.Interface,
+			d == '[' && k != reflect.Slice && k != reflect.Array && k != reflect.Interface:
+			// Decode would say the same, but only after this walk had
+			// gone through the whole value.
+			return Errorf(http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("field %s has the wrong type (want %s)", quoteField(path), jsonKind(t)))
+		}
+	}
 	switch d {
 	case '{':
-		if t != nil && t.Kind() != reflect.Struct {
-			t = nil // maps and interfaces: keys are data, not fields
+		if t != nil && t.Kind() != reflect.Struct && t.Kind() != reflect.Map {
+			t = nil
 		}
-		return walkObject(dec, t, depth+1, path)
+		return w.object(t, depth+1, path+".")
 	case '[':
 		if depth+1 > maxDepth {
 			return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body is nested too deeply")
@@ -192,15 +273,13 @@ func walkValue(dec *json.Decoder, t reflect.Type, depth int, path string) error 
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			et = t.Elem()
 		}
-		for dec.More() {
-			if err := walkValue(dec, et, depth+1, path); err != nil {
+		for w.dec.More() {
+			if err := w.value(et, depth+1, path); err != nil {
 				return err
 			}
 		}
-		_, err := dec.Token() // ']'
-		if err != nil {
-			return badJSON(err)
-		}
+		_, err := w.token() // ']'
+		return err
 	}
 	return nil
 }

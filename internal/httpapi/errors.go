@@ -103,10 +103,12 @@ func clientMessage(err, kind error) string {
 	return msg
 }
 
-// WriteError writes err in the one error shape. 5xx details go to the log.
+// WriteError writes err in the one error shape. 5xx details go to the log
+// once: on the request line when LogRequests is mounted, else on a
+// "request failed" line of their own.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	e := Classify(err)
-	if e.Status >= 500 {
+	if e.Status >= 500 && !noteFailure(r, err, nil) {
 		slog.ErrorContext(r.Context(), "request failed",
 			"method", r.Method, "route", RouteName(r), "status", e.Status, "error", err.Error(),
 			"request_id", RequestID(r.Context()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -32,6 +33,7 @@ func ClaimsFrom(ctx context.Context) (auth.Claims, bool) {
 // WithClaims returns ctx carrying c and its tenant. Only Authenticate (and
 // tests) call it.
 func WithClaims(ctx context.Context, c auth.Claims) context.Context {
+	noteClaims(ctx, c)
 	return domain.NewContext(context.WithValue(ctx, claimsKey, c), c.Tenant)
 }
 
@@ -72,6 +74,7 @@ func WithRequestID(next http.Handler) http.Handler {
 }
 
 // Recover turns a panic in a handler into a logged 500 in the error shape.
+// Under LogRequests the panic and its stack go on the request line.
 func Recover(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -79,8 +82,11 @@ func Recover(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				slog.ErrorContext(r.Context(), "handler panic", "route", RouteName(r), "panic", v, "stack", string(debug.Stack()),
-					"request_id", RequestID(r.Context()))
+				stack := debug.Stack()
+				if !noteFailure(r, fmt.Errorf("panic: %v", v), stack) {
+					slog.ErrorContext(r.Context(), "handler panic", "route", RouteName(r), "panic", v, "stack", string(stack),
+						"request_id", RequestID(r.Context()))
+				}
 				WriteRaw(w, http.StatusInternalServerError, ErrorBody(CodeInternal, "internal error"))
 			}
 		}()

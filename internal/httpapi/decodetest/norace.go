@@ -1,0 +1,5 @@
+//go:build !race
+
+package decodetest
+
+const raceEnabled = false
