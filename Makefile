@@ -20,9 +20,34 @@ run: build ## run strata serve on a private PostgreSQL (or $$DATABASE_URL) and p
 	./$(BIN) serve
 
 .PHONY: test
-test: ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set)
+test: ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
+
+FUZZ_TARGETS := \
+	./internal/httpapi:FuzzDecodeStrict ./internal/httpapi:FuzzDecodeJSON \
+	./commands/commandapi:FuzzCreateOrderRequest ./commands/commandapi:FuzzAddLineRequest \
+	./commands/commandapi:FuzzPayRequest ./commands/commandapi:FuzzCancelRequest \
+	./commands/commandapi:FuzzEmptyRequest ./commands/commandapi:FuzzParseIfMatch \
+	./commands/commandapi:FuzzIdempotencyKey ./commands/commandapi:FuzzCommandRoutes \
+	./internal/auth:FuzzParse ./internal/auth:FuzzParseSigned \
+	./domain/event:FuzzParseToken ./domain/event:FuzzTokenRoundTrip
+FUZZTIME ?= 60s
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME (default 60s) one after the other; a crasher is saved under the package's testdata/fuzz
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; log=$$(mktemp); \
+		echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=10s -parallel=2 $$pkg >$$log 2>&1; rc=$$?; \
+		if [ $$rc -ne 0 ] && { grep -q 'Failing input written' $$log || ! grep -qx '    context deadline exceeded' $$log; }; then \
+			cat $$log; rm -f $$log; exit 1; \
+		fi; \
+		grep 'fuzz: elapsed' $$log | tail -n 1; \
+		[ $$rc -eq 0 ] || echo "  stopped by the Go 1.26 fuzz coordinator's deadline race (golang/go#75804), not by a crash"; \
+		rm -f $$log; \
+	done
 
 .PHONY: test/race
 test/race: ## the tests under the race detector

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/strata-es/strata/domain"
@@ -325,5 +326,13 @@ func (o *Order) checkEditable() error {
 // validText reports whether s is valid UTF-8 (so that it survives JSON
 // unchanged) of at most limit runes.
 func validText(s string, limit int) bool {
-	return utf8.ValidString(s) && utf8.RuneCountInString(s) <= limit
+	if !utf8.ValidString(s) || utf8.RuneCountInString(s) > limit {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) { // NUL and friends: PostgreSQL's jsonb refuses U+0000, logs choke on the rest
+			return false
+		}
+	}
+	return true
 }

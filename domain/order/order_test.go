@@ -695,3 +695,23 @@ func TestErrorMessages(t *testing.T) {
 		}
 	}
 }
+
+func TestTextRejectsControlCharacters(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	placed := []event.Payload{
+		Created{OrderID: "o", CustomerID: "c", Currency: "EUR", At: at},
+		LineAdded{OrderID: "o", ProductID: "p", Quantity: 1, UnitPrice: Money{Amount: 1, Currency: "EUR"}, At: at},
+		Placed{OrderID: "o", Total: Money{Amount: 1, Currency: "EUR"}, At: at},
+	}
+	o, err := Load(placed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Pay("ref\x00", at); !errors.Is(err, ErrInvalidPaymentReference) {
+		t.Fatalf("NUL in a payment reference: %v", err)
+	}
+	if _, err := o.Cancel("line\nbreak\x07", at); !errors.Is(err, ErrInvalidReason) {
+		t.Fatalf("control characters in a reason: %v", err)
+	}
+}

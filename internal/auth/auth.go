@@ -5,7 +5,10 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -100,6 +103,9 @@ func (v *Verifier) Parse(token string) (Claims, error) {
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
+	if err := checkClaimKeys(token); err != nil {
+		return Claims{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+	}
 	tenant, err := domain.ParseTenantID(wc.Tenant)
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: tenant claim missing or malformed", ErrInvalidToken)
@@ -175,4 +181,51 @@ func LoadOrCreateSecret(dir string) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(s), f.Close()
+}
+
+// knownClaims are the claim names strata reads or the JWT library checks.
+var knownClaims = []string{"sub", "tenant", "exp", "iat", "nbf", "iss", "aud", "jti", "scope", "cross_tenant"}
+
+// checkClaimKeys closes the gaps encoding/json leaves in a signed claims
+// set: it matches keys case-insensitively ("Tenant" would override
+// "tenant") and keeps the last of duplicate keys. A token whose signer
+// wrote either is refused, as is a time claim that is not a JSON number.
+func checkClaimKeys(token string) error {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return errors.New("malformed")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return errors.New("malformed claims encoding")
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New("claims are not a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return errors.New("malformed claims")
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return fmt.Errorf("duplicate claim %.32q", key)
+		}
+		seen[key] = true
+		for _, k := range knownClaims {
+			if key != k && strings.EqualFold(key, k) {
+				return fmt.Errorf("claim %.32q differs from %q only in case", key, k)
+			}
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return errors.New("malformed claims")
+		}
+		if (key == "exp" || key == "iat" || key == "nbf") && (len(raw) == 0 || raw[0] < '0' || raw[0] > '9') {
+			return fmt.Errorf("claim %q must be a number", key)
+		}
+	}
+	return nil
 }

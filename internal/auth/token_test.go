@@ -278,3 +278,36 @@ func TestSignAndNewVerifierRefuse(t *testing.T) {
 		}
 	}
 }
+
+// Claims are read strictly: a signed token must not smuggle a second
+// tenant through a case variant or a duplicate key.
+func TestParseRejectsAmbiguousClaims(t *testing.T) {
+	secret := []byte("strict-claims-secret-strict-claims-0123")
+	v, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []string{
+		`{"sub":"u","tenant":"acme","exp":4102444800,"Tenant":"other"}`,
+		`{"sub":"u","tenant":"acme","exp":1,"EXP":4102444800}`,
+		`{"sub":"u","tenant":"acme","tenant":"other","exp":4102444800}`,
+		`{"sub":"u","tenant":"acme","exp":"4102444800"}`,
+	} {
+		tok := signRaw(t, secret, payload)
+		if c, err := v.Parse(tok); err == nil {
+			t.Errorf("accepted %s as tenant %q", payload, c.Tenant)
+		}
+	}
+	if _, err := v.Parse(signRaw(t, secret, `{"sub":"u","tenant":"acme","exp":4102444800}`)); err != nil {
+		t.Fatalf("a plain token was refused: %v", err)
+	}
+}
+
+func signRaw(t *testing.T, secret []byte, payload string) string {
+	t.Helper()
+	head := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
+	body := base64.RawURLEncoding.EncodeToString([]byte(payload))
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(head + "." + body))
+	return head + "." + body + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
