@@ -25,14 +25,16 @@ func newEnv(get func(string) string) env { return env{get: get} }
 
 // envVars documents every environment variable strata reads.
 var envVars = map[string]string{
-	"DATABASE_URL":        "PostgreSQL URL; unset = a private PostgreSQL under STRATA_DATA_DIR",
-	"STRATA_DATA_DIR":     "directory for the embedded PostgreSQL and the development JWT secret (default ./.strata)",
-	"STRATA_ADDR":         "listen address of serve (default :8080)",
-	"STRATA_ROLES":        "roles of serve: command,query,projector (default all)",
-	"STRATA_JWT_SECRET":   "HS256 secret (>= 32 bytes); unset = a generated secret kept in STRATA_DATA_DIR",
-	"STRATA_AUTO_MIGRATE": "apply pending migrations when serve starts (default true)",
-	"STRATA_LOG_LEVEL":    "debug, info, warn or error (default info)",
-	"STRATA_DB_MAX_CONNS": "connections per pool (default 8)",
+	"DATABASE_URL":            "PostgreSQL URL; unset = a private PostgreSQL under STRATA_DATA_DIR",
+	"STRATA_DATA_DIR":         "directory for the embedded PostgreSQL and the development JWT secret (default ./.strata)",
+	"STRATA_ADDR":             "listen address of serve (default :8080)",
+	"STRATA_ROLES":            "roles of serve: command,query,projector (default all)",
+	"STRATA_JWT_SECRET":       "HS256 secret (>= 32 bytes); unset = a generated secret kept in STRATA_DATA_DIR",
+	"STRATA_AUTO_MIGRATE":     "apply pending migrations when serve starts (default true)",
+	"STRATA_LOG_LEVEL":        "debug, info, warn or error (default info)",
+	"STRATA_DB_MAX_CONNS":     "connections per pool (default 8)",
+	"STRATA_PROJECTION_BATCH": "most events a projection applies per transaction (default 500)",
+	"STRATA_PROJECTION_POLL":  "how often projection runners read the log when nothing wakes them, e.g. 1s or 250ms (default 1s)",
 }
 
 func (e env) str(name, def string) string {

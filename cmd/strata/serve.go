@@ -74,11 +74,18 @@ func (rs roleSet) String() string {
 // SIGTERM before it exits anyway.
 const shutdownTimeout = 20 * time.Second
 
-func cmdServe(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+// serveFlags defines serve's flags (the deploy/ manifests are checked
+// against them).
+func serveFlags(e env, stderr io.Writer) (fs *flag.FlagSet, addr, roles *string) {
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", e.str("STRATA_ADDR", ":8080"), "listen address")
-	rolesFlag := fs.String("roles", e.str("STRATA_ROLES", strings.Join(allRoles, ",")), "comma-separated roles: command,query,projector")
+	addr = fs.String("addr", e.str("STRATA_ADDR", ":8080"), "listen address")
+	roles = fs.String("roles", e.str("STRATA_ROLES", strings.Join(allRoles, ",")), "comma-separated roles: command,query,projector")
+	return fs, addr, roles
+}
+
+func cmdServe(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
+	fs, addr, rolesFlag := serveFlags(e, stderr)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -114,6 +121,7 @@ type app struct {
 	router    *mux.Router // unauthenticated: /livez, /readyz
 	api       *mux.Router // bearer-authenticated
 	appended  *broadcast  // fires after every committed append in this process
+	env       env         // configuration, for the roles' own settings
 	metrics   *telemetry.Metrics
 	tracing   bool // an exporter is configured
 	workers   []worker
@@ -195,6 +203,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		verifier: verifier,
 		router:   mux.NewRouter(),
 		appended: newBroadcast(),
+		env:      e,
 		metrics:  telemetry.NewMetrics(),
 		tracing:  tracing,
 	}
@@ -219,7 +228,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	for _, w := range []struct {
 		role string
 		wire func(*app) error
-	}{{roleCommand, wireCommand}, {roleQuery, wireQuery}, {roleProjector, wireProjector}} {
+	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleProjector, wireProjector}} {
 		if roles[w.role] {
 			if err := w.wire(a); err != nil {
 				return fmt.Errorf("start %s role: %w", w.role, err)

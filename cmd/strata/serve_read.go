@@ -1,7 +1,152 @@
 package main
 
-// wireQuery mounts the query API (issue: read side).
-func wireQuery(a *app) error { return nil }
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
 
-// wireProjector starts the projection runners (issue: read side).
-func wireProjector(a *app) error { return nil }
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/readmodels"
+	"github.com/strata-es/strata/readmodels/queryapi"
+)
+
+// readSide is what the query and projector roles of one serve process
+// share: the progress the local runners report (so that a query waiting
+// for a consistency token wakes on the commit) and the runners themselves
+// (for the admin route's standby status).
+type readSide struct {
+	progress *projections.Progress
+	mu       sync.Mutex
+	runners  map[string]*projections.Runner
+}
+
+// readSides maps a serve process's app to its read side. serve may run
+// more than once in one OS process (tests), hence a map, emptied when the
+// workers stop.
+var readSides sync.Map // *app -> *readSide
+
+func readSideOf(a *app) *readSide {
+	rs, loaded := readSides.LoadOrStore(a, &readSide{progress: projections.NewProgress(), runners: map[string]*projections.Runner{}})
+	if !loaded {
+		a.workers = append(a.workers, worker{name: "read-side cleanup", run: func(ctx context.Context) error {
+			<-ctx.Done()
+			readSides.Delete(a)
+			return nil
+		}})
+	}
+	return rs.(*readSide)
+}
+
+func (rs *readSide) local(name string) (projections.RunnerStatus, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.runners[name]
+	if !ok {
+		return projections.RunnerStatus{}, false
+	}
+	return r.Status(), true
+}
+
+// wireQuery mounts the query API on the authenticated router. Queries read
+// as the application role; a consistency token is waited for against the
+// checkpoints table, woken at once by runners in this process.
+func wireQuery(a *app) error {
+	rs := readSideOf(a)
+	monitor := projections.NewMonitor(projections.MonitorConfig{
+		App:   a.appPool,
+		Log:   a.store,
+		Names: projections.Names(projections.All()),
+		Local: rs.local,
+	})
+	api := queryapi.New(readmodels.NewReader(a.appPool), projections.NewConsistency(a.appPool, rs.progress), monitor, queryapi.Config{})
+	api.Register(a.api)
+	return nil
+}
+
+// wireProjector starts one runner per projection, the LISTEN connection
+// that wakes them on appends of other processes, and the forwarding of
+// this process's own appends.
+func wireProjector(a *app) error {
+	batch, err := a.env.integer("STRATA_PROJECTION_BATCH", 500)
+	if err != nil {
+		return err
+	}
+	poll, err := a.env.duration("STRATA_PROJECTION_POLL", time.Second)
+	if err != nil {
+		return err
+	}
+	rs := readSideOf(a)
+	wake := projections.NewSignal()
+	a.workers = append(a.workers,
+		worker{name: "projection wake-up", run: func(ctx context.Context) error {
+			projections.Forward(ctx, a.appended.C, wake)
+			return nil
+		}},
+		worker{name: "projection listener", run: func(ctx context.Context) error {
+			return projections.Listen(ctx, a.projPool, wake, a.logger)
+		}},
+	)
+	var runners []*projections.Runner
+	// Runners catching up together (a fresh install, a restart far behind)
+	// read and decode each batch once between them.
+	shared := projections.NewSharedReads(a.store, nil, 0)
+	for _, p := range projections.All() {
+		r, err := projections.NewRunner(p, a.store, a.projPool, projections.RunnerConfig{
+			BatchSize:    batch,
+			PollInterval: poll,
+			Wake:         wake.C,
+			Progress:     rs.progress,
+			Shared:       shared,
+			Logger:       a.logger,
+		})
+		if err != nil {
+			return err
+		}
+		runners = append(runners, r)
+		rs.mu.Lock()
+		rs.runners[p.Name()] = r
+		rs.mu.Unlock()
+		a.workers = append(a.workers, worker{name: "projection " + p.Name(), run: r.Run})
+	}
+	// Ready once every runner has a session: active, standby, or active
+	// and retrying a failing event (queries still answer, from the last
+	// applied position; the admin route shows the error).
+	a.readiness = append(a.readiness, readinessCheck{"projections", func(ctx context.Context) error {
+		var waiting []string
+		for _, r := range runners {
+			if s := r.Status().State; s == projections.StateStarting || s == projections.StateStopped {
+				waiting = append(waiting, r.Name()+" "+string(s))
+			}
+		}
+		if len(waiting) > 0 {
+			return errors.New("projection runners not connected: " + strings.Join(waiting, ", "))
+		}
+		return nil
+	}})
+	return nil
+}
+
+// wireNotifier makes the command role announce its appends to projection
+// runners in other processes: a NOTIFY after commit, coalesced.
+func wireNotifier(a *app) error {
+	a.workers = append(a.workers, worker{name: "append notifier", run: func(ctx context.Context) error {
+		return projections.NotifyAppends(ctx, a.appPool, a.appended.C, a.logger)
+	}})
+	return nil
+}
+
+// duration reads a positive duration such as 1s or 250ms.
+func (e env) duration(name string, def time.Duration) (time.Duration, error) {
+	v := e.str(name, "")
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 1s or 250ms", name, v)
+	}
+	return d, nil
+}

@@ -150,7 +150,7 @@ func Down(ctx context.Context, url string, steps int, logf Logf) error {
 		all := Migrations()
 		for i := 0; i < steps; i++ {
 			var v int
-			err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
+			err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM strata.schema_migrations`).Scan(&v)
 			if err != nil {
 				return err
 			}
@@ -175,7 +175,7 @@ func Down(ctx context.Context, url string, steps int, logf Logf) error {
 				if _, err := tx.Exec(ctx, m.Down); err != nil {
 					return err
 				}
-				_, err := tx.Exec(ctx, `DELETE FROM schema_migrations WHERE version = $1`, m.Version)
+				_, err := tx.Exec(ctx, `DELETE FROM strata.schema_migrations WHERE version = $1`, m.Version)
 				return err
 			})
 			if err != nil {

@@ -1,0 +1,6 @@
+// Package failpoint kills the process at named points of the code, so that
+// tests can prove what survives a crash at exactly that point (for example
+// between a projection's read-model writes and its commit). It is inert
+// unless the environment variable STRATA_FAILPOINTS names a point; it
+// imports only the standard library.
+package failpoint

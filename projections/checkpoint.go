@@ -1,0 +1,134 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain/event"
+)
+
+// Checkpoint is a projection's row in projection_checkpoints.
+type Checkpoint struct {
+	Projection string
+	// Position is the last event the projection applied (zero: none yet).
+	Position event.Position
+	// Status is what the active runner last reported: running, error or
+	// stopped (whether a runner is alive is the lease's business).
+	Status    State
+	LastError string
+	ErrorAt   time.Time
+	UpdatedAt time.Time
+}
+
+// Querier is what reading checkpoints needs (a pool, a connection or a
+// transaction of any strata role).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ReadCheckpoints returns the checkpoints of the named projections (all of
+// them when names is empty). A projection that never ran has no row.
+func ReadCheckpoints(ctx context.Context, q Querier, names ...string) (map[string]Checkpoint, error) {
+	if names == nil {
+		names = []string{} // an empty array, not NULL
+	}
+	rows, err := q.Query(ctx, `SELECT projection, pos_major::text, pos_minor::text, status, coalesce(last_error, ''), error_at, updated_at
+FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = ANY($1::text[])`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]Checkpoint{}
+	for rows.Next() {
+		var c Checkpoint
+		var major, minor, status string
+		var errorAt *time.Time
+		if err := rows.Scan(&c.Projection, &major, &minor, &status, &c.LastError, &errorAt, &c.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("read checkpoints: %w", err)
+		}
+		if c.Position, err = parsePosition(major, minor); err != nil {
+			return nil, fmt.Errorf("read checkpoint of %s: %w", c.Projection, err)
+		}
+		c.Status = State(status)
+		if errorAt != nil {
+			c.ErrorAt = *errorAt
+		}
+		out[c.Projection] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+func parsePosition(major, minor string) (event.Position, error) {
+	var p event.Position
+	var err error
+	if p.Major, err = strconv.ParseUint(major, 10, 64); err != nil {
+		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
+	}
+	if p.Minor, err = strconv.ParseUint(minor, 10, 64); err != nil {
+		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
+	}
+	return p, nil
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// ensureCheckpointSQL creates the row of a projection that never ran.
+const ensureCheckpointSQL = `INSERT INTO projection_checkpoints (projection) VALUES ($1) ON CONFLICT (projection) DO NOTHING`
+
+// loadCheckpoint creates the projection's row if needed, marks it running
+// and returns its position.
+func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (event.Position, error) {
+	if _, err := conn.Exec(ctx, ensureCheckpointSQL, name); err != nil {
+		return event.Position{}, fmt.Errorf("create checkpoint of %s: %w", name, err)
+	}
+	var major, minor string
+	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status = 'error' THEN status ELSE 'running' END, updated_at = now()
+WHERE projection = $1 RETURNING pos_major::text, pos_minor::text`, name).Scan(&major, &minor)
+	if err != nil {
+		return event.Position{}, fmt.Errorf("load checkpoint of %s: %w", name, err)
+	}
+	return parsePosition(major, minor)
+}
+
+// advanceSQL moves the checkpoint from the position the runner read its
+// batch after ($4, $5) to the batch's last event ($2, $3), in the batch's
+// transaction. The condition on the old position makes a second runner that
+// wrongly believes it holds the lease (a lease lost between reading and
+// committing) harmless: its UPDATE waits for the first runner's row lock,
+// then finds the position moved and changes nothing, and the runner rolls
+// back instead of applying the batch twice. It is queued first, so such a
+// runner waits before doing its writes rather than after.
+const advanceSQL = `UPDATE projection_checkpoints
+SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now()
+WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric`
+
+// errCheckpointMoved: the checkpoint is not where this runner left it.
+var errCheckpointMoved = errors.New("checkpoint moved by another runner")
+
+// recordError marks the projection failed, outside the failed transaction.
+func recordError(ctx context.Context, conn *pgx.Conn, name string, cause error) error {
+	msg := cause.Error()
+	if len(msg) > 2000 {
+		msg = strings.ToValidUTF8(msg[:2000], "")
+	}
+	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'error', last_error = $2, error_at = now(), updated_at = now()
+WHERE projection = $1`, name, msg)
+	return err
+}
+
+// recordStopped marks a projection stopped on a graceful shutdown, unless
+// it stopped on an error (which stays visible).
+func recordStopped(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'stopped', updated_at = now()
+WHERE projection = $1 AND status = 'running'`, name)
+	return err
+}

@@ -1,0 +1,115 @@
+package projections
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/strata-es/strata/domain/event"
+)
+
+// Progress carries the checkpoints committed by the runners of this
+// process to the queries of this process, so that a read-your-writes
+// query wakes on the commit instead of polling.
+type Progress struct {
+	mu  sync.Mutex
+	pos map[string]event.Position
+	sig *Signal
+}
+
+// NewProgress returns an empty Progress.
+func NewProgress() *Progress { return &Progress{pos: map[string]event.Position{}, sig: NewSignal()} }
+
+func (p *Progress) advance(name string, pos event.Position) {
+	p.mu.Lock()
+	if p.pos[name].Less(pos) {
+		p.pos[name] = pos
+	}
+	p.mu.Unlock()
+	p.sig.Fire()
+}
+
+// Position returns the last checkpoint committed in this process.
+func (p *Progress) Position(name string) (event.Position, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pos, ok := p.pos[name]
+	return pos, ok
+}
+
+// C returns a channel closed by the next committed checkpoint.
+func (p *Progress) C() <-chan struct{} { return p.sig.C() }
+
+// Consistency waits until projections have applied a position: the wait
+// behind a query's X-Consistency-Token.
+type Consistency struct {
+	q        Querier
+	progress *Progress
+	minPoll  time.Duration
+	maxPoll  time.Duration
+}
+
+// NewConsistency returns a waiter reading checkpoints through q (any strata
+// role; the application role may read projection_checkpoints). progress
+// may be nil; when it is the one the runners of this process report to,
+// waits end as soon as the covering batch commits.
+func NewConsistency(q Querier, progress *Progress) *Consistency {
+	return &Consistency{q: q, progress: progress, minPoll: 2 * time.Millisecond, maxPoll: 50 * time.Millisecond}
+}
+
+// WaitFor returns nil once every named projection's checkpoint is at or
+// after pos, i.e. each has applied the event at pos and everything before
+// it. It returns ctx.Err() when ctx ends first, and the error of reading
+// the checkpoints if that fails.
+//
+// Checkpoints committed by runners of this process wake it at once; those
+// of runners elsewhere are polled, every 2ms at first, backing off to 50ms.
+func (c *Consistency) WaitFor(ctx context.Context, pos event.Position, names ...string) error {
+	delay := c.minPoll
+	for {
+		var advanced <-chan struct{}
+		if c.progress != nil {
+			advanced = c.progress.C()
+			if c.reachedLocally(pos, names) {
+				return nil
+			}
+		}
+		cps, err := ReadCheckpoints(ctx, c.q, names...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		reached := true
+		for _, n := range names {
+			if cp, ok := cps[n]; !ok || cp.Position.Less(pos) {
+				reached = false
+				break
+			}
+		}
+		if reached {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-advanced:
+			t.Stop()
+		case <-t.C:
+			delay = min(2*delay, c.maxPoll)
+		}
+	}
+}
+
+func (c *Consistency) reachedLocally(pos event.Position, names []string) bool {
+	for _, n := range names {
+		p, ok := c.progress.Position(n)
+		if !ok || p.Less(pos) {
+			return false
+		}
+	}
+	return true
+}

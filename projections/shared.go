@@ -1,0 +1,240 @@
+package projections
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/eventstore"
+)
+
+// SharedReads lets the runners of one process share what they read while
+// catching up: runners at the same checkpoint with the same batch size ask
+// for exactly the same batch, which is then read from the log and decoded
+// once instead of once per projection. A full rebuild of four projections
+// otherwise reads and decodes the whole log four times.
+//
+// Only full batches are shared, and only with a runner that is catching up
+// (its previous batch was full too): such a runner reads again at once, so
+// a shared batch can never hide newer events from it. A runner following
+// the head reads on its own, so that no wake-up is ever answered with a
+// read that began before the event it announces.
+//
+// Projections apply batches at different speeds. So that the fastest does
+// not run so far ahead that the batches it read are evicted before the
+// others get to them (and are read again), a catching-up runner about to
+// read a new batch waits while the window holds keep batches that another
+// catching-up runner, active in the last second, still has to apply. That
+// bounds memory and does not slow a rebuild down: the work saved goes to
+// the slower projections, which decide when the rebuild ends.
+type SharedReads struct {
+	log      eventstore.Log
+	registry *event.Registry
+	keep     int
+
+	mu      sync.Mutex
+	batches map[batchKey]*sharedBatch
+	order   []entry // oldest first
+	readers map[any]*readerState
+	moved   *Signal // a reader asked for its next batch
+	stats   SharedStats
+}
+
+type readerState struct {
+	after      event.Position
+	catchingUp bool
+	seen       time.Time
+}
+
+// readerIdle is how long a catching-up reader may go without reading
+// before the others stop waiting for it (it failed, or stopped).
+const readerIdle = time.Second
+
+// SharedStats counts how batches were obtained.
+type SharedStats struct {
+	Reads, Shared int64
+}
+
+type entry struct {
+	key   batchKey
+	batch *sharedBatch
+}
+
+type batchKey struct {
+	after event.Position
+	limit int
+}
+
+type sharedBatch struct {
+	done     chan struct{} // closed once recs, payloads and err are set
+	recs     []event.Record
+	payloads []event.Payload // decoded with the registry; nil where decoding failed
+	errs     []error
+	err      error
+}
+
+// NewSharedReads returns a SharedReads reading log and decoding with
+// registry (nil: order.Registry), keeping the last keep full batches
+// (default 32; memory is about keep x batch size x 1 KiB).
+func NewSharedReads(log eventstore.Log, registry *event.Registry, keep int) *SharedReads {
+	if registry == nil {
+		registry = order.Registry
+	}
+	if keep <= 0 {
+		keep = 32
+	}
+	return &SharedReads{log: log, registry: registry, keep: keep, batches: map[batchKey]*sharedBatch{},
+		readers: map[any]*readerState{}, moved: NewSignal()}
+}
+
+// Stats returns how many batches were read and how many were shared.
+func (s *SharedReads) Stats() SharedStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// read returns the batch after pos for reader. When catchingUp, a batch
+// another runner read (or is reading) is reused if it is full.
+func (s *SharedReads) read(ctx context.Context, reader any, after event.Position, limit int, catchingUp bool) (*sharedBatch, error) {
+	k := batchKey{after, limit}
+	s.mu.Lock()
+	st := s.readers[reader]
+	if st == nil {
+		st = &readerState{}
+		s.readers[reader] = st
+	}
+	st.after, st.catchingUp, st.seen = after, catchingUp, time.Now()
+	s.mu.Unlock()
+	s.moved.Fire()
+	if catchingUp {
+		if err := s.throttle(ctx, reader, k); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		b, ok := s.batches[k]
+		if !ok {
+			b = &sharedBatch{done: make(chan struct{})}
+			s.batches[k] = b
+			s.order = append(s.order, entry{k, b})
+			s.stats.Reads++
+			s.mu.Unlock()
+			s.load(ctx, k, b)
+		} else {
+			s.stats.Shared++
+			s.mu.Unlock()
+			select {
+			case <-b.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if b.err == nil && len(b.recs) == limit {
+			return b, nil
+		}
+		// Failed or partial: not for sharing; read afresh below.
+	}
+	b := &sharedBatch{done: make(chan struct{})}
+	s.mu.Lock()
+	s.stats.Reads++
+	s.mu.Unlock()
+	s.load(ctx, k, b)
+	if b.err != nil {
+		return nil, b.err
+	}
+	if len(b.recs) == limit {
+		s.mu.Lock()
+		if _, ok := s.batches[k]; !ok {
+			s.batches[k] = b
+			s.order = append(s.order, entry{k, b})
+			s.evictLocked()
+		}
+		s.mu.Unlock()
+	}
+	return b, nil
+}
+
+// throttle waits while reading a new batch k would push out of the window
+// batches that other active, catching-up readers have yet to apply.
+func (s *SharedReads) throttle(ctx context.Context, reader any, k batchKey) error {
+	for {
+		moved := s.moved.C()
+		s.mu.Lock()
+		if _, cached := s.batches[k]; cached {
+			s.mu.Unlock()
+			return nil
+		}
+		// Only a reader at the front waits: one behind another must never
+		// wait for those ahead of it, or two could wait for each other.
+		var slowest *event.Position
+		now := time.Now()
+		for r, st := range s.readers {
+			if r == reader || !st.catchingUp || now.Sub(st.seen) >= readerIdle {
+				continue
+			}
+			if k.after.Less(st.after) {
+				s.mu.Unlock()
+				return nil
+			}
+			if slowest == nil || st.after.Less(*slowest) {
+				after := st.after
+				slowest = &after
+			}
+		}
+		needed := 0
+		if slowest != nil {
+			for _, e := range s.order {
+				if s.batches[e.key] == e.batch && !e.key.after.Less(*slowest) {
+					needed++
+				}
+			}
+		}
+		s.mu.Unlock()
+		if needed < s.keep {
+			return nil
+		}
+		t := time.NewTimer(readerIdle / 4)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-moved:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// load reads and decodes the batch, then publishes it (evicting the
+// oldest batches, and dropping it again unless it is full).
+func (s *SharedReads) load(ctx context.Context, k batchKey, b *sharedBatch) {
+	b.recs, b.err = s.log.ReadAll(ctx, k.after, k.limit)
+	if b.err == nil {
+		b.payloads, b.errs = make([]event.Payload, len(b.recs)), make([]error, len(b.recs))
+		for i, rec := range b.recs {
+			b.payloads[i], b.errs[i] = s.registry.DecodeRecord(rec)
+		}
+	}
+	close(b.done)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.batches[k]; ok && cur == b && (b.err != nil || len(b.recs) < k.limit) {
+		delete(s.batches, k)
+	}
+	s.evictLocked()
+}
+
+func (s *SharedReads) evictLocked() {
+	for len(s.order) > 0 {
+		oldest := s.order[0]
+		if b, ok := s.batches[oldest.key]; ok && b == oldest.batch && len(s.batches) <= s.keep {
+			return
+		}
+		if s.batches[oldest.key] == oldest.batch {
+			delete(s.batches, oldest.key)
+		}
+		s.order = s.order[1:]
+	}
+}

@@ -1,0 +1,84 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
+)
+
+// memLog is an in-memory global log that counts reads.
+type memLog struct {
+	mu    sync.Mutex
+	recs  []event.Record
+	reads int
+}
+
+func (l *memLog) ReadAll(_ context.Context, after event.Position, limit int) ([]event.Record, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	var out []event.Record
+	for _, r := range l.recs {
+		if after.Less(r.Position) && len(out) < limit {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (l *memLog) Head(context.Context) (event.Position, error) { return event.Position{}, nil }
+
+func (l *memLog) add(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for range n {
+		i := len(l.recs) + 1
+		data, _ := json.Marshal(order.Created{OrderID: "o", CustomerID: "c", Currency: "EUR"})
+		l.recs = append(l.recs, event.Record{Tenant: "t", Stream: "order-o", Version: int64(i), Type: order.TypeCreated,
+			SchemaVersion: 1, Data: data, Position: event.Position{Major: uint64(i), Minor: uint64(i)}})
+	}
+}
+
+func TestSharedReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	log := &memLog{}
+	log.add(10)
+	s := NewSharedReads(log, nil, 2)
+	a, b := new(int), new(int) // two readers
+
+	// A full batch read by one runner is shared with a catching-up one,
+	// decoded once.
+	first, err := s.read(ctx, a, event.Position{}, 4, false)
+	if err != nil || len(first.recs) != 4 || first.payloads[0] == nil {
+		t.Fatalf("first read: %v %+v", err, first)
+	}
+	second, err := s.read(ctx, b, event.Position{}, 4, true)
+	if err != nil || second != first || log.reads != 1 {
+		t.Fatalf("catching-up read was not shared (%d log reads)", log.reads)
+	}
+	// A runner following the head always reads for itself.
+	if third, _ := s.read(ctx, b, event.Position{}, 4, false); third == first || log.reads != 2 {
+		t.Fatalf("a live read was served from the cache (%d log reads)", log.reads)
+	}
+	// A partial batch is never shared: more may have become visible since.
+	tail := event.Position{Major: 8, Minor: 8}
+	if p, _ := s.read(ctx, a, tail, 4, true); len(p.recs) != 2 {
+		t.Fatalf("partial read: %d records", len(p.recs))
+	}
+	log.add(3)
+	if p, _ := s.read(ctx, b, tail, 4, true); len(p.recs) != 4 {
+		t.Fatalf("a partial batch was shared: %d records, want the 4 now visible", len(p.recs))
+	}
+	// The window keeps at most keep batches.
+	s.mu.Lock()
+	n := len(s.batches)
+	s.mu.Unlock()
+	if n > 2 {
+		t.Errorf("%d batches kept, want at most 2", n)
+	}
+}

@@ -1,0 +1,148 @@
+package projections
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain/event"
+)
+
+// ErrStreamHole: a stream's versions did not arrive contiguous. The global
+// log never skips (decision 1), so this means a damaged log or a broken
+// append path; skipping would silently corrupt the read model, so the
+// projection stops at the event instead.
+var ErrStreamHole = errors.New("stream versions are not contiguous")
+
+type streamKey struct{ tenant, stream string }
+
+// streamCache remembers the last version applied per stream, least
+// recently used first out. It belongs to the goroutine holding the lease.
+type streamCache struct {
+	max   int
+	order *list.List // of *streamEntry, most recent at the front
+	byKey map[streamKey]*list.Element
+}
+
+type streamEntry struct {
+	key     streamKey
+	version int64
+}
+
+func newStreamCache(max int) *streamCache {
+	return &streamCache{max: max, order: list.New(), byKey: map[streamKey]*list.Element{}}
+}
+
+func (c *streamCache) get(k streamKey) (int64, bool) {
+	if el, ok := c.byKey[k]; ok {
+		c.order.MoveToFront(el)
+		return el.Value.(*streamEntry).version, true
+	}
+	return 0, false
+}
+
+func (c *streamCache) put(k streamKey, v int64) {
+	if el, ok := c.byKey[k]; ok {
+		el.Value.(*streamEntry).version = v
+		c.order.MoveToFront(el)
+		return
+	}
+	c.byKey[k] = c.order.PushFront(&streamEntry{key: k, version: v})
+	for c.order.Len() > c.max {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.byKey, last.Value.(*streamEntry).key)
+	}
+}
+
+func (c *streamCache) reset() {
+	c.order.Init()
+	clear(c.byKey)
+}
+
+// checkContiguous verifies that every event of recs directly follows the
+// previous version of its stream, and returns the last version per stream
+// to remember once the batch commits. A stream seen before (in the cache
+// or earlier in the batch) is checked in memory; otherwise, for a version
+// above 1, the predecessor must exist at an earlier log position, which one
+// indexed query checks for the whole batch. Catching up from the start
+// needs no query at all: every stream begins at version 1.
+func checkContiguous(ctx context.Context, conn *pgx.Conn, cache *streamCache, recs []event.Record) (map[streamKey]int64, error) {
+	seen := make(map[streamKey]int64, len(recs))
+	var misses []int
+	for i, rec := range recs {
+		k := streamKey{rec.Tenant, rec.Stream}
+		last, inBatch := seen[k]
+		known := inBatch
+		if !known {
+			last, known = cache.get(k)
+		}
+		switch {
+		case known && last == rec.Version-1:
+		case !known && rec.Version == 1:
+		case inBatch:
+			// A batch is a contiguous stretch of the log: a missing
+			// version between two of the batch's events is a hole.
+			return nil, holeError(rec, fmt.Sprintf("it follows version %d", last))
+		default:
+			// Not known, or the cache disagrees: ask the log.
+			misses = append(misses, i)
+		}
+		seen[k] = rec.Version
+	}
+	if len(misses) == 0 {
+		return seen, nil
+	}
+	tenants, streams, versions := make([]string, len(misses)), make([]string, len(misses)), make([]int64, len(misses))
+	for j, i := range misses {
+		tenants[j], streams[j], versions[j] = recs[i].Tenant, recs[i].Stream, recs[i].Version-1
+	}
+	// The projector role reads the whole log (policy events_projector_read_all);
+	// the unique index (tenant_id, stream_id, version) serves each probe.
+	rows, err := conn.Query(ctx, `SELECT q.ord, e.tx_id::text AS tx_text, e.position
+FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS q(tenant_id, stream_id, version, ord)
+JOIN events e ON e.tenant_id = q.tenant_id AND e.stream_id = q.stream_id AND e.version = q.version`, tenants, streams, versions)
+	if err != nil {
+		return nil, fmt.Errorf("check stream contiguity: %w", err)
+	}
+	found := make(map[int]event.Position, len(misses))
+	for rows.Next() {
+		var ord, pos int64
+		var tx string
+		if err := rows.Scan(&ord, &tx, &pos); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("check stream contiguity: %w", err)
+		}
+		major, err := strconv.ParseUint(tx, 10, 64)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("check stream contiguity: %w", err)
+		}
+		found[int(ord)-1] = event.Position{Major: major, Minor: uint64(pos)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check stream contiguity: %w", err)
+	}
+	for j, i := range misses {
+		rec := recs[i]
+		if rec.Version == 1 {
+			return nil, holeError(rec, "version 1 arrives again")
+		}
+		prev, ok := found[j]
+		switch {
+		case !ok:
+			return nil, holeError(rec, fmt.Sprintf("version %d is not in the log", rec.Version-1))
+		case !prev.Less(rec.Position):
+			return nil, holeError(rec, fmt.Sprintf("version %d is at %s, after it in the log", rec.Version-1, prev))
+		}
+	}
+	return seen, nil
+}
+
+func holeError(rec event.Record, detail string) error {
+	return fmt.Errorf("%w: stream %q of tenant %q: version %d at %s: %s", ErrStreamHole, rec.Stream, rec.Tenant, rec.Version, rec.Position, detail)
+}

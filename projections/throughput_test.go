@@ -1,0 +1,204 @@
+package projections
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/internal/testdb"
+)
+
+var (
+	catchupEvents  = flag.Int("catchup.events", 5000, "TestCatchUpThroughput: events to seed (at least 200000 for the published figure)")
+	catchupBatch   = flag.Int("catchup.batch", 500, "TestCatchUpThroughput: events per projection transaction")
+	catchupTenants = flag.Int("catchup.tenants", 8, "TestCatchUpThroughput: tenants the orders are spread over")
+	catchupShared  = flag.Bool("catchup.shared", true, "TestCatchUpThroughput: share reads between the runners (SharedReads)")
+	catchupOnly    = flag.String("catchup.only", "", "TestCatchUpThroughput: run only this projection")
+	catchupPgStat  = flag.Bool("catchup.pgstat", false, "TestCatchUpThroughput: log the statements that took the most server time (pg_stat_statements)")
+)
+
+// TestCatchUpThroughput measures catch-up from an empty read side: it
+// seeds realistic order histories (several tenants, interleaved) into the
+// log of a private cluster, then runs every projection concurrently, each
+// from the first event to the head, and reports events per second (events
+// in the log divided by the time until the last projection is done). It
+// then checks every row against the oracle. Run the published measurement
+// with
+//
+//	go test ./projections -run TestCatchUpThroughput -catchup.events=200000 -v
+func TestCatchUpThroughput(t *testing.T) {
+	ctx := testCtx(t, 30*time.Minute)
+	settings := map[string]string{
+		"shared_buffers": "512MB",
+		"max_wal_size":   "4GB",
+	}
+	if *catchupPgStat {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+		settings["pg_stat_statements.track"] = "all"
+	}
+	priv := testdb.NewPrivate(t, settings)
+	d := priv.DB
+	// About 5.4 events per order; the last histories are cut short, as
+	// they would be in a live log.
+	orders := *catchupEvents/5 + 1
+	evs := generate(genConfig{Seed: 2026, Tenants: *catchupTenants, Orders: orders, Customers: 500, Open: 200,
+		Start: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC), Spacing: 2 * time.Minute})[:*catchupEvents]
+	began := time.Now()
+	seed(ctx, t, d.AdminURL, evs, 5000)
+	adminExec(ctx, t, d.AdminURL, "VACUUM ANALYZE strata.events")
+	t.Logf("seeded %d events (%d orders, %d tenants) in %s", len(evs), orders, *catchupTenants, time.Since(began).Round(time.Millisecond))
+
+	if *catchupPgStat {
+		adminExec(ctx, t, d.AdminURL, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", "SELECT pg_stat_statements_reset()")
+	}
+	store := postgres.New(d.App, d.Projector)
+	head := lastPosition(ctx, t, store)
+	cpuPG0, cpuGo0 := clusterCPU(t, priv.Server.DataDir()), processCPU()
+	var wg sync.WaitGroup
+	projs := All()
+	if *catchupOnly != "" {
+		projs = slices.DeleteFunc(projs, func(p Projection) bool { return p.Name() != *catchupOnly })
+	}
+	took := make([]time.Duration, len(projs))
+	var shared *SharedReads
+	if *catchupShared {
+		shared = NewSharedReads(store, nil, 0)
+	}
+	began = time.Now()
+	for i, p := range projs {
+		r, err := NewRunner(p, store, d.Projector, RunnerConfig{BatchSize: *catchupBatch, Shared: shared, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.CatchUp(ctx, head); err != nil {
+				t.Error(err)
+			}
+			took[i] = time.Since(began)
+		}()
+	}
+	wg.Wait()
+	total := time.Since(began)
+	cpuPG, cpuGo := clusterCPU(t, priv.Server.DataDir())-cpuPG0, processCPU()-cpuGo0
+	for i, p := range projs {
+		t.Logf("  %-17s %8s  %8.0f events/s", p.Name(), took[i].Round(time.Millisecond), float64(len(evs))/took[i].Seconds())
+	}
+	t.Logf("catch-up, all %d projections concurrently, batch %d: %d events in %s = %.0f events/s",
+		len(projs), *catchupBatch, len(evs), total.Round(time.Millisecond), float64(len(evs))/total.Seconds())
+	if shared != nil {
+		st := shared.Stats()
+		t.Logf("shared reads: %d batches read from the log, %d shared", st.Reads, st.Shared)
+	}
+	// Wall-clock figures depend on what else runs on the machine; the CPU
+	// spent is a steadier measure of the work itself.
+	perEvent := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(len(evs)) }
+	t.Logf("CPU: PostgreSQL %s (%.1f us/event), strata %s (%.1f us/event); on %d otherwise idle cores that is at most %.0f events/s",
+		cpuPG.Round(time.Millisecond), perEvent(cpuPG), cpuGo.Round(time.Millisecond), perEvent(cpuGo),
+		runtime.NumCPU(), float64(runtime.NumCPU())*1e6/(perEvent(cpuPG)+perEvent(cpuGo)))
+
+	if *catchupPgStat {
+		logTopStatements(ctx, t, d.AdminURL)
+	}
+	if len(projs) < len(All()) {
+		return
+	}
+	want, err := expectedDump(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(ctx, t, d.AdminURL, allTables()...); got != want {
+		t.Errorf("rows differ from the oracle:\n%s", diff(want, got))
+	}
+}
+
+// logTopStatements logs where the server spent its time.
+func logTopStatements(ctx context.Context, t *testing.T, adminURL string) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT calls, round(total_exec_time)::bigint, round(mean_exec_time * 1000)::bigint, rows,
+       regexp_replace(left(query, 90), '\s+', ' ', 'g')
+FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	t.Logf("%10s %9s %8s %10s  %s", "calls", "total ms", "mean us", "rows", "statement")
+	for rows.Next() {
+		var calls, total, mean, n int64
+		var q string
+		if err := rows.Scan(&calls, &total, &mean, &n, &q); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%10d %9d %8d %10d  %s", calls, total, mean, n, q)
+	}
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clusterCPU is the CPU time used so far by a PostgreSQL cluster: its
+// postmaster (including the backends it has reaped) and its live children,
+// from /proc (Linux; 0 elsewhere).
+func clusterCPU(t *testing.T, dataDir string) time.Duration {
+	raw, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		t.Logf("no CPU figures: %v", err)
+		return 0
+	}
+	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil {
+		return 0
+	}
+	const ticks = 100 // USER_HZ
+	stat := func(pid int) []string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		s := string(b)
+		return strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from 3 (state) on
+	}
+	num := func(f []string, field int) int64 { // field as numbered in proc(5)
+		n, _ := strconv.ParseInt(f[field-3], 10, 64)
+		return n
+	}
+	var total int64
+	if f := stat(postmaster); f != nil {
+		total += num(f, 14) + num(f, 15) + num(f, 16) + num(f, 17)
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		if f := stat(pid); f != nil && num(f, 4) == int64(postmaster) {
+			total += num(f, 14) + num(f, 15)
+		}
+	}
+	return time.Duration(total) * time.Second / ticks
+}

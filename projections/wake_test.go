@@ -1,0 +1,168 @@
+package projections
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/internal/testdb"
+)
+
+// noPoll is a poll interval no test waits for: whatever the runner
+// applies within a test that uses it, a wake-up made it happen.
+const noPoll = time.Hour
+
+// startRunner runs r until the test ends and waits until it is active.
+func startRunner(t *testing.T, ctx context.Context, r *Runner) {
+	t.Helper()
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	waitFor(t, 20*time.Second, "the runner to be active", func() bool { return r.Status().State == StateRunning })
+}
+
+// awaitApplied waits on the runner's progress signal (no polling) until
+// name has applied pos, and returns how long that took.
+func awaitApplied(t *testing.T, p *Progress, name string, pos event.Position, began time.Time, limit time.Duration) time.Duration {
+	t.Helper()
+	timeout := time.NewTimer(limit)
+	defer timeout.Stop()
+	for {
+		ch := p.C()
+		if got, _ := p.Position(name); !got.Less(pos) {
+			return time.Since(began)
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			t.Fatalf("%s did not apply %s within %s (polling is off: the wake-up was lost)", name, pos, limit)
+		}
+	}
+}
+
+func appendOne(t *testing.T, ctx context.Context, s eventstore.Store, tenant, id string) event.Position {
+	t.Helper()
+	evs := generate(genConfig{Seed: uint64(len(id)), Tenants: 1, Orders: 1, Customers: 1, Start: time.Now()})[:1]
+	evs[0].Tenant, evs[0].Stream = tenant, "order-"+id
+	evs[0].Data = []byte(`{"order_id":"` + id + `","customer_id":"c-1","currency":"EUR","at":"2026-04-01T10:00:00Z"}`)
+	pos, err := appendRecorded(ctx, s, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pos
+}
+
+// TestWakeInProcess: an append in this process wakes the runner at once.
+func TestWakeInProcess(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, time.Minute)
+	d := testdb.New(t)
+	wake, progress := NewSignal(), NewProgress()
+	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
+	r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRunner(t, ctx, r)
+	var lat []time.Duration
+	for i := range 20 {
+		began := time.Now()
+		pos := appendOne(t, ctx, store, "t-w", "w"+string(rune('a'+i)))
+		lat = append(lat, awaitApplied(t, progress, OrderListName, pos, began, 10*time.Second))
+	}
+	slices.Sort(lat)
+	t.Logf("append -> applied, in-process wake-up: median %s, max %s", lat[len(lat)/2], lat[len(lat)-1])
+}
+
+// TestWakeAcrossProcesses: an append made by another process (another
+// store, announcing its appends with NOTIFY after commit) wakes the runner
+// through LISTEN.
+func TestWakeAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, time.Minute)
+	d := testdb.New(t)
+	lctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+
+	// The projector process: woken only by its LISTEN connection.
+	listened := NewSignal()
+	firstWake := listened.C()
+	go Listen(lctx, d.Projector, listened, quietLogger())
+	select {
+	case <-firstWake: // fired once LISTEN is in place
+	case <-ctx.Done():
+		t.Fatal("LISTEN never started")
+	}
+	progress := NewProgress()
+	reader := postgres.New(d.App, d.Projector)
+	r, err := NewRunner(NewOrderList(OrderListTables{}), reader, d.Projector, RunnerConfig{PollInterval: noPoll, Wake: listened.C, Progress: progress, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRunner(t, ctx, r)
+
+	// The command process: its appends fire a broadcast that the notifier
+	// turns into coalesced NOTIFYs.
+	appended := NewSignal()
+	writer := postgres.New(d.App, nil, postgres.WithAppendHook(appended.Fire))
+	go NotifyAppends(lctx, d.App, appended.C, quietLogger())
+
+	var lat []time.Duration
+	for i := range 10 {
+		began := time.Now()
+		pos := appendOne(t, ctx, writer, "t-x", "x"+string(rune('a'+i)))
+		lat = append(lat, awaitApplied(t, progress, OrderListName, pos, began, 10*time.Second))
+	}
+	slices.Sort(lat)
+	t.Logf("append -> applied, NOTIFY/LISTEN wake-up: median %s, max %s", lat[len(lat)/2], lat[len(lat)-1])
+}
+
+// TestWakeRepollsBehindAnOpenTransaction: a wake-up that finds nothing
+// visible, because an older transaction is still open, is followed by
+// quick re-reads, so the event is applied soon after that transaction
+// ends, without another wake-up and without waiting for the poll.
+func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, time.Minute)
+	// A cluster of its own: the held transaction pauses every reader of
+	// its cluster.
+	d := testdb.NewPrivate(t, nil).DB
+	wake, progress := NewSignal(), NewProgress()
+	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
+	r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRunner(t, ctx, r)
+
+	held, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(context.Background())
+	tx, err := held.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes a transaction id
+		t.Fatal(err)
+	}
+	pos := appendOne(t, ctx, store, "t-r", "r1") // committed, fires the wake-up, not visible yet
+	time.Sleep(100 * time.Millisecond)           // the runner re-reads meanwhile (nothing to wait on: this is the open transaction's lifetime)
+	if got, _ := progress.Position(OrderListName); !got.Less(pos) {
+		t.Fatal("the event was applied while an older transaction was open")
+	}
+	committed := time.Now()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lat := awaitApplied(t, progress, OrderListName, pos, committed, 5*time.Second)
+	t.Logf("applied %s after the older transaction ended (poll interval %s)", lat, noPoll)
+}
