@@ -153,3 +153,20 @@ type IdempotencyStore interface {
 	// Errors: ErrIdempotencyKeyExists when the key is already recorded.
 	SaveIdempotency(ctx context.Context, tenant, key, requestHash string, response []byte) error
 }
+
+// StreamVersion names one version of one stream.
+type StreamVersion struct {
+	Tenant  string
+	Stream  string
+	Version int64
+}
+
+// VersionLocator is implemented by logs that can say where given stream
+// versions sit in the global log. Projection runners use it to prove that
+// a stream's versions arrive contiguous when their own memory of the
+// stream has run out.
+type VersionLocator interface {
+	// LocateVersions returns, for each ref, its global position and
+	// whether it exists at all.
+	LocateVersions(ctx context.Context, refs []StreamVersion) (positions []event.Position, found []bool, err error)
+}

@@ -48,6 +48,10 @@ type MonitorConfig struct {
 	Local func(name string) (RunnerStatus, bool)
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// ExternalLog says the event log is not this database's events table
+	// (EventStoreDB): a tenant's view then reports the global lag, since
+	// only PostgreSQL can count one tenant's events under RLS.
+	ExternalLog bool
 }
 
 // Monitor reports projections' checkpoints, lag and status.
@@ -89,23 +93,38 @@ func (m *Monitor) Tenant(ctx context.Context, tenant string) ([]ProjectionStatus
 	lags := map[string]lag{}
 	// The tenant's setting and the count in one round trip: a pipeline
 	// runs as one implicit transaction, so set_config stays local to it.
+	if m.cfg.ExternalLog {
+		for _, name := range m.cfg.Names {
+			cps, err := ReadCheckpoints(ctx, m.cfg.App, name)
+			if err != nil {
+				return nil, err
+			}
+			n, oldest, err := m.cfg.Log.Lag(ctx, cps[name].Position)
+			if err != nil {
+				return nil, err
+			}
+			lags[name] = lag{n: n, oldest: oldest}
+		}
+	}
 	b := &pgx.Batch{}
 	b.Queue(db.SetTenantSQL, tenant)
-	b.Queue(tenantLagSQL, m.names()).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var name string
-			var l lag
-			var oldest *time.Time
-			if err := rows.Scan(&name, &l.n, &oldest); err != nil {
-				return err
+	if !m.cfg.ExternalLog {
+		b.Queue(tenantLagSQL, m.names()).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var name string
+				var l lag
+				var oldest *time.Time
+				if err := rows.Scan(&name, &l.n, &oldest); err != nil {
+					return err
+				}
+				if oldest != nil {
+					l.oldest = *oldest
+				}
+				lags[name] = l
 			}
-			if oldest != nil {
-				l.oldest = *oldest
-			}
-			lags[name] = l
-		}
-		return rows.Err()
-	})
+			return rows.Err()
+		})
+	}
 	if err := m.cfg.App.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("tenant lag: %w", err)
 	}

@@ -166,6 +166,7 @@ var ErrLeaseHeld = errors.New("the projection is run by another session")
 type Runner struct {
 	proj    Projection
 	log     eventstore.Log
+	locator eventstore.VersionLocator
 	pool    *pgxpool.Pool
 	cfg     RunnerConfig
 	handles map[string]bool
@@ -188,6 +189,10 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("projection %s: %w", p.Name(), err)
 	}
+	locator, ok := log.(eventstore.VersionLocator)
+	if !ok {
+		return nil, fmt.Errorf("projection %s: the event log (%T) cannot locate stream versions, which the contiguity check needs", p.Name(), log)
+	}
 	handles := map[string]bool{}
 	for _, t := range p.EventTypes() {
 		handles[t] = true
@@ -195,6 +200,7 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 	return &Runner{
 		proj:    p,
 		log:     log,
+		locator: locator,
 		pool:    pool,
 		cfg:     cfg,
 		handles: handles,
@@ -497,7 +503,7 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	if len(recs) == 0 {
 		return 0, nil
 	}
-	last, err := checkContiguous(ctx, conn, r.streams, recs)
+	last, err := checkContiguous(ctx, r.locator, r.streams, recs)
 	if err != nil {
 		return 0, fmt.Errorf("projection %s: %w", r.proj.Name(), err)
 	}

@@ -5,11 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
 )
 
 // ErrStreamHole: a stream's versions did not arrive contiguous. The global
@@ -68,10 +67,10 @@ func (c *streamCache) reset() {
 // previous version of its stream, and returns the last version per stream
 // to remember once the batch commits. A stream seen before (in the cache
 // or earlier in the batch) is checked in memory; otherwise, for a version
-// above 1, the predecessor must exist at an earlier log position, which one
-// indexed query checks for the whole batch. Catching up from the start
+// above 1, the predecessor must exist at an earlier log position, which the
+// log's VersionLocator checks for the whole batch at once. Catching up from the start
 // needs no query at all: every stream begins at version 1.
-func checkContiguous(ctx context.Context, conn *pgx.Conn, cache *streamCache, recs []event.Record) (map[streamKey]int64, error) {
+func checkContiguous(ctx context.Context, locator eventstore.VersionLocator, cache *streamCache, recs []event.Record) (map[streamKey]int64, error) {
 	seen := make(map[streamKey]int64, len(recs))
 	var misses []int
 	for i, rec := range recs {
@@ -97,35 +96,19 @@ func checkContiguous(ctx context.Context, conn *pgx.Conn, cache *streamCache, re
 	if len(misses) == 0 {
 		return seen, nil
 	}
-	tenants, streams, versions := make([]string, len(misses)), make([]string, len(misses)), make([]int64, len(misses))
+	refs := make([]eventstore.StreamVersion, len(misses))
 	for j, i := range misses {
-		tenants[j], streams[j], versions[j] = recs[i].Tenant, recs[i].Stream, recs[i].Version-1
+		refs[j] = eventstore.StreamVersion{Tenant: recs[i].Tenant, Stream: recs[i].Stream, Version: recs[i].Version - 1}
 	}
-	// The projector role reads the whole log (policy events_projector_read_all);
-	// the unique index (tenant_id, stream_id, version) serves each probe.
-	rows, err := conn.Query(ctx, `SELECT q.ord, e.tx_id::text AS tx_text, e.position
-FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS q(tenant_id, stream_id, version, ord)
-JOIN events e ON e.tenant_id = q.tenant_id AND e.stream_id = q.stream_id AND e.version = q.version`, tenants, streams, versions)
+	positions, exists, err := locator.LocateVersions(ctx, refs)
 	if err != nil {
 		return nil, fmt.Errorf("check stream contiguity: %w", err)
 	}
 	found := make(map[int]event.Position, len(misses))
-	for rows.Next() {
-		var ord, pos int64
-		var tx string
-		if err := rows.Scan(&ord, &tx, &pos); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("check stream contiguity: %w", err)
+	for j := range refs {
+		if exists[j] {
+			found[j] = positions[j]
 		}
-		major, err := strconv.ParseUint(tx, 10, 64)
-		if err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("check stream contiguity: %w", err)
-		}
-		found[int(ord)-1] = event.Position{Major: major, Minor: uint64(pos)}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("check stream contiguity: %w", err)
 	}
 	for j, i := range misses {
 		rec := recs[i]

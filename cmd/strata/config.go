@@ -33,6 +33,12 @@ var envVars = map[string]string{
 	"STRATA_AUTO_MIGRATE":     "apply pending migrations when serve starts (default true)",
 	"STRATA_LOG_LEVEL":        "debug, info, warn or error (default info)",
 	"STRATA_DB_MAX_CONNS":     "connections per pool (default 8)",
+	"STRATA_EVENT_STORE":      "postgres (default) or an esdb:// URL of EventStoreDB/KurrentDB; idempotency records and read models stay in PostgreSQL",
+	"STRATA_ESDB_NAMESPACE":   "prefix of strata's streams in EventStoreDB (default strata)",
+	"STRATA_RATE_COMMANDS":    "per-tenant command rate, e.g. 100/s,burst=200 (default), or unlimited",
+	"STRATA_RATE_QUERIES":     "per-tenant query rate, e.g. 500/s,burst=1000 (default), or unlimited",
+	"STRATA_RATE_OVERRIDES":   "per-tenant rates, e.g. acme:commands=500/s,burst=1000; beta:queries=10/s",
+	"STRATA_MAX_IN_FLIGHT":    "requests served at once before shedding with 503 (default 256)",
 	"STRATA_PROJECTION_BATCH": "most events a projection applies per transaction (default 500)",
 	"STRATA_PROJECTION_POLL":  "how often projection runners read the log when nothing wakes them, e.g. 1s or 250ms (default 1s)",
 }

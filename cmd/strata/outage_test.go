@@ -22,7 +22,7 @@ import (
 func TestDatabaseOutage(t *testing.T) {
 	srv := pgtest.StartPrivate(t, nil)
 	dataDir := t.TempDir()
-	vars := map[string]string{"DATABASE_URL": srv.URL(), "STRATA_DATA_DIR": dataDir, "STRATA_LOG_LEVEL": "error"}
+	vars := map[string]string{"DATABASE_URL": srv.URL(), "STRATA_DATA_DIR": dataDir, "STRATA_LOG_LEVEL": "error", "STRATA_RATE_COMMANDS": "unlimited"}
 	base, _, stop := startServe(t, vars)
 	secret, err := auth.LoadOrCreateSecret(dataDir)
 	if err != nil {

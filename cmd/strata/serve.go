@@ -20,6 +20,9 @@ import (
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/eventstore/esdb"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/db"
@@ -112,20 +115,33 @@ func cmdServe(ctx context.Context, args []string, e env, stdout, stderr io.Write
 // (wireCommand, wireQuery, wireProjector) adds its routes, background loops
 // and readiness checks to it.
 type app struct {
-	logger    *slog.Logger
-	url       string
-	appPool   *pgxpool.Pool // db.RoleApp
-	projPool  *pgxpool.Pool // db.RoleProjector
-	store     *postgres.Store
-	verifier  *auth.Verifier
-	router    *mux.Router // unauthenticated: /livez, /readyz
-	api       *mux.Router // bearer-authenticated
-	appended  *broadcast  // fires after every committed append in this process
-	env       env         // configuration, for the roles' own settings
-	metrics   *telemetry.Metrics
-	tracing   bool // an exporter is configured
-	workers   []worker
-	readiness []readinessCheck
+	logger     *slog.Logger
+	url        string
+	appPool    *pgxpool.Pool   // db.RoleApp
+	projPool   *pgxpool.Pool   // db.RoleProjector
+	store      *postgres.Store // idempotency records (and events, by default)
+	events     eventstore.Store
+	log        eventLog
+	external   bool // events live outside PostgreSQL (EventStoreDB)
+	verifier   *auth.Verifier
+	router     *mux.Router // unauthenticated: /livez, /readyz, /metrics
+	api        *mux.Router // bearer-authenticated
+	commandAPI *mux.Router // api, rate-limited as commands
+	queryAPI   *mux.Router // api, rate-limited as queries
+	appended   *broadcast  // fires after every committed append in this process
+	env        env         // configuration, for the roles' own settings
+	metrics    *telemetry.Metrics
+	tracing    bool // an exporter is configured
+	workers    []worker
+	readiness  []readinessCheck
+}
+
+// eventLog is what the read side needs of the event store: the global log,
+// its head and lag, and where stream versions are.
+type eventLog interface {
+	eventstore.Log
+	eventstore.VersionLocator
+	Lag(ctx context.Context, after event.Position) (int64, time.Time, error)
 }
 
 // worker is a background loop of a role; it runs until ctx is cancelled
@@ -210,6 +226,24 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.metrics.RegisterPool("app", appPool)
 	a.metrics.RegisterPool("projector", projPool)
 	a.store = postgres.New(appPool, projPool, postgres.WithAppendHook(a.appended.fire))
+	a.events, a.log = a.store, a.store
+	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
+		if !strings.HasPrefix(es, "esdb://") && !strings.HasPrefix(es, "esdb+discover://") {
+			return fmt.Errorf("STRATA_EVENT_STORE: want postgres or an esdb:// URL")
+		}
+		opts := []esdb.Option{esdb.WithIdempotencyStore(a.store), esdb.WithLogger(logger)}
+		if ns := e.str("STRATA_ESDB_NAMESPACE", ""); ns != "" {
+			opts = append(opts, esdb.WithNamespace(ns))
+		}
+		es, err := esdb.Open(ctx, es, opts...)
+		if err != nil {
+			return fmt.Errorf("STRATA_EVENT_STORE: %w", err)
+		}
+		defer es.Close()
+		a.events, a.log, a.external = notifying{es, a.appended.fire}, es, true
+		a.readiness = append(a.readiness, readinessCheck{"eventstore", es.Ping})
+		logger.Info("event store: EventStoreDB", "url", esdb.Redact(e.str("STRATA_EVENT_STORE", "")))
+	}
 	a.router.NotFoundHandler = httpapi.NotFound()
 	a.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	a.router.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
@@ -218,12 +252,28 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool) }})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
 	a.router.Handle("/metrics", a.metrics.Handler()).Methods(http.MethodGet).Name("metrics")
-	a.router.Use(a.metrics.HTTPMiddleware)
+	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
 	if tracing {
 		a.router.Use(telemetry.NameSpanByRoute)
 	}
 	a.api = a.router.NewRoute().Subrouter()
 	a.api.Use(httpapi.Authenticate(verifier))
+	limiter, err := newRateLimiter(e, a.metrics)
+	if err != nil {
+		return err
+	}
+	a.commandAPI = a.api.NewRoute().Subrouter()
+	a.commandAPI.Use(limiter.Middleware(httpapi.RateCommands))
+	a.queryAPI = a.api.NewRoute().Subrouter()
+	a.queryAPI.Use(limiter.Middleware(httpapi.RateQueries))
+	maxInFlight, err := e.integer("STRATA_MAX_IN_FLIGHT", httpapi.DefaultMaxInFlight)
+	if err != nil {
+		return err
+	}
+	capper, err := httpapi.NewInFlightCap(httpapi.InFlightConfig{Max: maxInFlight, ShedFunc: func(*http.Request) { a.metrics.LoadShed.Inc() }})
+	if err != nil {
+		return err
+	}
 
 	for _, w := range []struct {
 		role string
@@ -236,7 +286,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}
 
-	var handler http.Handler = httpapi.WithRequestID(httpapi.Recover(a.router))
+	var handler http.Handler = httpapi.WithRequestID(httpapi.LogRequests(logger)(capper.Middleware(httpapi.Recover(a.router))))
 	if tracing {
 		handler = otelhttp.NewHandler(handler, "http.server")
 	}
@@ -293,8 +343,8 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 }
 
 func wireCommand(a *app) error {
-	h := commands.NewHandler(telemetry.InstrumentStore(a.store, a.metrics), a.store, commands.Config{})
-	commandapi.New(telemetry.InstrumentCommands(h, a.metrics)).Register(a.api)
+	h := commands.NewHandler(telemetry.InstrumentStore(a.events, a.metrics), a.store, commands.Config{})
+	commandapi.New(telemetry.InstrumentCommands(h, a.metrics)).Register(a.commandAPI)
 	return nil
 }
 
@@ -363,4 +413,44 @@ func printBanner(w io.Writer, baseURL string, roles roleSet, embedded, devSecret
 	}
 	fmt.Fprintf(w, "development token (tenant %q, admin scope, valid 24h):\n  %s\n", devTenant, token)
 	fmt.Fprintf(w, "try:\n  curl -s -X POST %s/v1/orders -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"customer_id\":\"c-1\",\"currency\":\"EUR\"}'\n", baseURL, token)
+}
+
+// notifying fires fn after every successful append of an adapter that has
+// no append hook of its own, so local projection runners wake at once.
+type notifying struct {
+	eventstore.Store
+	fn func()
+}
+
+func (n notifying) Append(ctx context.Context, req eventstore.AppendRequest) (eventstore.AppendResult, error) {
+	res, err := n.Store.Append(ctx, req)
+	if err == nil {
+		n.fn()
+	}
+	return res, err
+}
+
+// newRateLimiter builds the per-tenant limits from STRATA_RATE_COMMANDS,
+// STRATA_RATE_QUERIES and STRATA_RATE_OVERRIDES.
+func newRateLimiter(e env, m *telemetry.Metrics) (*httpapi.RateLimiter, error) {
+	cfg := httpapi.RateLimitConfig{RejectFunc: func(_ *http.Request, class httpapi.RateClass) {
+		m.RateLimited.WithLabelValues(string(class)).Inc()
+	}}
+	var err error
+	if v := e.str("STRATA_RATE_COMMANDS", ""); v != "" {
+		if cfg.Commands, err = httpapi.ParseRate(v); err != nil {
+			return nil, fmt.Errorf("STRATA_RATE_COMMANDS: %w", err)
+		}
+	}
+	if v := e.str("STRATA_RATE_QUERIES", ""); v != "" {
+		if cfg.Queries, err = httpapi.ParseRate(v); err != nil {
+			return nil, fmt.Errorf("STRATA_RATE_QUERIES: %w", err)
+		}
+	}
+	if v := e.str("STRATA_RATE_OVERRIDES", ""); v != "" {
+		if cfg.Overrides, err = httpapi.ParseRateOverrides(v); err != nil {
+			return nil, fmt.Errorf("STRATA_RATE_OVERRIDES: %w", err)
+		}
+	}
+	return httpapi.NewRateLimiter(cfg)
 }

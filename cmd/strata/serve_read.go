@@ -56,13 +56,14 @@ func (rs *readSide) local(name string) (projections.RunnerStatus, bool) {
 func wireQuery(a *app) error {
 	rs := readSideOf(a)
 	monitor := projections.NewMonitor(projections.MonitorConfig{
-		App:   a.appPool,
-		Log:   a.store,
-		Names: projections.Names(projections.All()),
-		Local: rs.local,
+		App:         a.appPool,
+		Log:         a.log,
+		Names:       projections.Names(projections.All()),
+		Local:       rs.local,
+		ExternalLog: a.external,
 	})
 	api := queryapi.New(readmodels.NewReader(a.appPool), projections.NewConsistency(a.appPool, rs.progress), monitor, queryapi.Config{})
-	api.Register(a.api)
+	api.Register(a.queryAPI)
 	return nil
 }
 
@@ -92,9 +93,9 @@ func wireProjector(a *app) error {
 	var runners []*projections.Runner
 	// Runners catching up together (a fresh install, a restart far behind)
 	// read and decode each batch once between them.
-	shared := projections.NewSharedReads(a.store, nil, 0)
+	shared := projections.NewSharedReads(a.log, nil, 0)
 	for _, p := range projections.All() {
-		r, err := projections.NewRunner(p, a.store, a.projPool, projections.RunnerConfig{
+		r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
 			BatchSize:    batch,
 			PollInterval: poll,
 			Wake:         wake.C,

@@ -52,6 +52,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ConcurrentAny", testConcurrentAny},
 		{"RacingAppendsKeepStreamOrder", testRacingStreamOrder},
 		{"IdempotencyRecords", testIdempotency},
+		{"LocateVersions", testLocateVersions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -540,5 +541,34 @@ func testIdempotency(t *testing.T, h Harness) {
 	wg.Wait()
 	if got, _ := h.Store.ReadStream(ctx(t), "t-a", "conc", 0); okCount != 1 || len(got) != 1 {
 		t.Fatalf("20 concurrent appends with one key: %d succeeded, %d events; want 1 and 1", okCount, len(got))
+	}
+}
+
+func testLocateVersions(t *testing.T, h Harness) {
+	loc, ok := h.Log.(eventstore.VersionLocator)
+	if !ok {
+		t.Log("log does not implement eventstore.VersionLocator")
+		return
+	}
+	mustAppend(t, h.Store, eventstore.AppendRequest{Tenant: "t-a", Stream: "s", Expected: eventstore.NoStream, Events: newEvents(3, "x.y")})
+	all := readAll(t, h.Log, 10, 3)
+	refs := []eventstore.StreamVersion{
+		{Tenant: "t-a", Stream: "s", Version: 2},
+		{Tenant: "t-a", Stream: "s", Version: 4},
+		{Tenant: "t-b", Stream: "s", Version: 1},
+		{Tenant: "t-a", Stream: "s", Version: 1},
+	}
+	pos, found, err := loc.LocateVersions(ctx(t), refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, false, false, true}
+	for i := range refs {
+		if found[i] != want[i] {
+			t.Fatalf("ref %d found=%v, want %v", i, found[i], want[i])
+		}
+	}
+	if pos[0] != all[1].Position || pos[3] != all[0].Position {
+		t.Fatalf("positions %v, want %v and %v", pos, all[1].Position, all[0].Position)
 	}
 }

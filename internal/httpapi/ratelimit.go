@@ -40,8 +40,8 @@ var Unlimited = Rate{Limit: rate.Inf}
 
 // Default rates per tenant.
 var (
-	DefaultCommandRate = Rate{Limit: 50, Burst: 100}
-	DefaultQueryRate   = Rate{Limit: 200, Burst: 400}
+	DefaultCommandRate = Rate{Limit: 100, Burst: 200}
+	DefaultQueryRate   = Rate{Limit: 500, Burst: 1000}
 )
 
 // String renders r in the syntax ParseRate reads, in the largest unit
