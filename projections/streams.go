@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 )
