@@ -89,6 +89,7 @@ var Settings = map[string]string{
 type Env struct {
 	Server *pgembed.Server
 	cfg    Config
+	seeded *logDB
 }
 
 func (e *Env) logf(format string, args ...any) {
@@ -121,6 +122,8 @@ type workload struct {
 
 var workloads = []workload{
 	{"append", benchAppend},
+	{"http", benchHTTP},
+	{"catchup", benchCatchUp},
 }
 
 // Names lists the workloads in run order.

@@ -45,6 +45,17 @@ func OpenPool(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, e
 	pc.HealthCheckPeriod = 15 * time.Second
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	pc.ConnConfig.RuntimeParams["search_path"] = Schema
+	if cfg.Role == RoleProjector {
+		// Projections write tables that grow from empty while one
+		// connection keeps executing the same prepared statements. A
+		// generic plan made while a table looked empty (a rebuild's fresh
+		// shadow table, a read side truncated and re-analyzed) keeps a
+		// sequential scan per batch as the table grows: measured 250
+		// events/s instead of 22,000. Custom plans are made per execution,
+		// against the table's current size; planning a few set-based
+		// statements per batch costs far less than one bad plan.
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	if cfg.AppName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
 	}

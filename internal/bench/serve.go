@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/auth"
+)
+
+// benchSecret signs the tokens of the end-to-end workloads.
+const benchSecret = "bench-secret-bench-secret-bench-secret-0123"
+
+// server is a `strata serve` child process.
+type server struct {
+	cmd  *exec.Cmd
+	base string
+}
+
+// startServe runs `strata serve` (all roles) against url as a separate
+// process, as users run it, with limits lifted so the benchmark measures
+// the service, not its throttles.
+func (e *Env) startServe(ctx context.Context, url string) (*server, error) {
+	if e.cfg.StrataPath == "" {
+		return nil, fmt.Errorf("no strata binary to run (Config.StrataPath)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(e.cfg.StrataPath, "serve", "--addr", addr)
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+url,
+		"STRATA_JWT_SECRET="+benchSecret,
+		"STRATA_AUTO_MIGRATE=false",
+		"STRATA_RATE_COMMANDS=unlimited",
+		"STRATA_RATE_QUERIES=unlimited",
+		"STRATA_MAX_IN_FLIGHT=100000",
+		"STRATA_LOG_LEVEL=error",
+		"STRATA_DATA_DIR="+os.TempDir(),
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { // keep the pipe drained; show failures
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if e.cfg.Progress != nil && strings.Contains(sc.Text(), `"level":"ERROR"`) {
+				fmt.Fprintln(e.cfg.Progress, "serve:", sc.Text())
+			}
+		}
+	}()
+	s := &server{cmd: cmd, base: "http://" + addr}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := http.Get(s.base + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return s, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.stop()
+	return nil, fmt.Errorf("strata serve did not become ready within 30 s")
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }() //nolint:errcheck
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill() //nolint:errcheck
+		<-done
+	}
+}
+
+// peakRSS returns the process's peak resident set (VmHWM) in MiB.
+func (s *server) peakRSS() (float64, error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc status")
+}
+
+func tokenFor(tenant string) string {
+	tok, err := auth.Sign([]byte(benchSecret), auth.Claims{Subject: "bench", Tenant: domain.TenantID(tenant)}, 6*time.Hour)
+	if err != nil {
+		panic(err)
+	}
+	return tok
+}
+
+func httpClient(conns int) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: conns * 2, MaxIdleConnsPerHost: conns * 2, IdleConnTimeout: time.Minute,
+	}}
+}
