@@ -31,6 +31,11 @@ type Config struct {
 	MaxAttempts int
 	// Now is the clock (tests inject one). Default time.Now.
 	Now func() time.Time
+	// CacheSize is how many recently written streams' histories are kept
+	// in memory, saving the read before the append of the next command on
+	// the same order (default 10,000; negative disables). Correctness does
+	// not depend on it: appends carry the exact expected version.
+	CacheSize int
 }
 
 func (c *Config) setDefaults() {
@@ -40,6 +45,9 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 10_000
+	}
 }
 
 // Handler executes commands against the event store.
@@ -48,13 +56,14 @@ type Handler struct {
 	idem     eventstore.IdempotencyStore
 	registry *event.Registry
 	cfg      Config
+	cache    *historyCache
 }
 
 // NewHandler returns a handler. idem may be nil when idempotency keys are
 // not supported by the deployment (requests with a key then fail).
 func NewHandler(store eventstore.Store, idem eventstore.IdempotencyStore, cfg Config) *Handler {
 	cfg.setDefaults()
-	return &Handler{store: store, idem: idem, registry: order.Registry, cfg: cfg}
+	return &Handler{store: store, idem: idem, registry: order.Registry, cfg: cfg, cache: newHistoryCache(cfg.CacheSize)}
 }
 
 // Idempotency carries an Idempotency-Key and how to render the outcome
@@ -128,7 +137,7 @@ func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result
 
 	stream := order.StreamID(cmd.Target())
 	for attempt := 1; ; attempt++ {
-		res, err := h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID)
+		res, err := h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID, attempt == 1)
 		switch {
 		case err == nil:
 			return res, nil
@@ -162,16 +171,42 @@ func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result
 	}
 }
 
-func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream string, cmd Command, opts Options, meta event.Metadata, commandID string) (Result, error) {
-	history, err := h.store.ReadStream(ctx, string(tenant), stream, 0)
+// streamStarter is implemented by commands that create their stream; on a
+// first attempt without If-Match or an idempotency key they may assume
+// the stream is new and let the append's expectation (no events yet)
+// check it, saving a read.
+type streamStarter interface{ startsStream() bool }
+
+func (CreateOrder) startsStream() bool { return true }
+
+func (h *Handler) load(ctx context.Context, key cacheKey, cmd Command, opts Options, first bool) ([]event.Record, []event.Payload, error) {
+	if first && opts.ExpectedVersion == nil && opts.Idempotency == nil {
+		if recs, payloads, ok := h.cache.get(key); ok {
+			return recs, payloads, nil
+		}
+		if s, ok := cmd.(streamStarter); ok && s.startsStream() {
+			return nil, nil, nil
+		}
+	}
+	h.cache.drop(key)
+	history, err := h.store.ReadStream(ctx, key.tenant, key.stream, 0)
 	if err != nil {
-		return Result{}, fmt.Errorf("load %s: %w", stream, err)
+		return nil, nil, fmt.Errorf("load %s: %w", key.stream, err)
 	}
 	payloads := make([]event.Payload, len(history))
 	for i, rec := range history {
 		if payloads[i], err = h.registry.DecodeRecord(rec); err != nil {
-			return Result{}, fmt.Errorf("load %s: %w", stream, err)
+			return nil, nil, fmt.Errorf("load %s: %w", key.stream, err)
 		}
+	}
+	return history, payloads, nil
+}
+
+func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream string, cmd Command, opts Options, meta event.Metadata, commandID string, first bool) (Result, error) {
+	key := cacheKey{string(tenant), stream}
+	history, payloads, err := h.load(ctx, key, cmd, opts, first)
+	if err != nil {
+		return Result{}, err
 	}
 	o, err := order.Load(payloads)
 	if err != nil {
@@ -225,8 +260,14 @@ func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream st
 	}
 	ar, err := h.store.Append(ctx, req)
 	if err != nil {
+		h.cache.drop(key)
 		return Result{}, err
 	}
+	for i, e := range events {
+		history = append(history, event.Record{ID: e.ID, Tenant: key.tenant, Stream: stream, Version: o.Version + int64(i) + 1,
+			Type: e.Type, SchemaVersion: e.SchemaVersion, Data: e.Data, Metadata: e.Metadata, Position: ar.Position})
+	}
+	h.cache.put(key, history, append(payloads, decided...))
 	return Result{OrderID: orderID, Version: ar.LastVersion, Position: ar.Position}, nil
 }
 

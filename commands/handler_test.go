@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -96,5 +97,47 @@ func TestNoTenantFailsClosed(t *testing.T) {
 	h := NewHandler(nil, nil, Config{})
 	if _, err := h.Handle(context.Background(), PlaceOrder{OrderID: "o"}, Options{}); err != eventstore.ErrNoTenant {
 		t.Fatalf("got %v, want ErrNoTenant", err)
+	}
+}
+
+// Two processes (two handlers, two caches) write the same order: the stale
+// cache of one is caught by the append's expected version and reloaded,
+// never trusted.
+func TestStaleCacheIsReloaded(t *testing.T) {
+	d := testdb.New(t)
+	store := postgres.New(d.App, d.Projector)
+	a, b := NewHandler(store, store, Config{}), NewHandler(store, store, Config{})
+	ctx := domain.NewContext(context.Background(), "t-a")
+	line := func(p string) AddLine {
+		return AddLine{OrderID: "o-1", ProductID: p, Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}
+	}
+	steps := []struct {
+		h   *Handler
+		cmd Command
+	}{
+		{a, CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}},
+		{a, line("p-1")}, // a's cache: version 2
+		{b, line("p-2")}, // b loads from the store: version 3
+		{a, line("p-3")}, // a's cache is stale (2): conflict, reload, version 4
+		{b, PlaceOrder{OrderID: "o-1"}},
+	}
+	for i, s := range steps {
+		res, err := s.h.Handle(ctx, s.cmd, Options{})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if res.Version != int64(i+1) {
+			t.Fatalf("step %d at version %d, want %d", i, res.Version, i+1)
+		}
+	}
+	o := mustLoad(t, store)
+	if len(o.Lines) != 3 || o.Status != order.StatusPlaced {
+		t.Fatalf("order has %d lines, status %s", len(o.Lines), o.Status)
+	}
+	// A create of an existing order, answered from no cache at all, still
+	// says so (after a conflict and a reload).
+	c := NewHandler(store, store, Config{})
+	if _, err := c.Handle(ctx, CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, Options{}); !errors.Is(err, order.ErrAlreadyExists) {
+		t.Fatalf("create of an existing order: %v", err)
 	}
 }
