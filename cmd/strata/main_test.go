@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,7 +15,17 @@ import (
 	"github.com/strata-es/strata/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain doubles as the strata binary: with STRATA_TEST_AS_MAIN=1 the
+// test binary runs main() instead of the tests, so process-level tests
+// (signals, kill -9) can start real strata processes without a build step.
+func TestMain(m *testing.M) {
+	if os.Getenv("STRATA_TEST_AS_MAIN") == "1" {
+		os.Args = append([]string{"strata"}, strings.Fields(os.Getenv("STRATA_TEST_ARGS"))...)
+		main()
+		return
+	}
+	pgtest.Main(m)
+}
 
 // testEnv returns a getenv for run: the given variables and nothing else.
 func testEnv(vars map[string]string) func(string) string {
