@@ -39,6 +39,7 @@ var envVars = map[string]string{
 	"STRATA_RATE_QUERIES":     "per-tenant query rate, e.g. 500/s,burst=1000 (default), or unlimited",
 	"STRATA_RATE_OVERRIDES":   "per-tenant rates, e.g. acme:commands=500/s,burst=1000; beta:queries=10/s",
 	"STRATA_MAX_IN_FLIGHT":    "requests served at once before shedding with 503 (default 256)",
+	"STRATA_PPROF_ADDR":       "serve Go's pprof profiles on this separate address, e.g. 127.0.0.1:6060 (default off)",
 	"STRATA_PROJECTION_BATCH": "most events a projection applies per transaction (default 500)",
 	"STRATA_PROJECTION_POLL":  "how often projection runners read the log when nothing wakes them, e.g. 1s or 250ms (default 1s)",
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -289,6 +290,19 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	var handler http.Handler = httpapi.WithRequestID(httpapi.LogRequests(logger)(capper.Middleware(httpapi.Recover(a.router))))
 	if tracing {
 		handler = otelhttp.NewHandler(handler, "http.server")
+	}
+	if pprofAddr := e.str("STRATA_PPROF_ADDR", ""); pprofAddr != "" {
+		// Profiling on a separate listener, never on the API's port.
+		pm := http.NewServeMux()
+		pm.HandleFunc("/debug/pprof/", pprof.Index)
+		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		psrv := httpapi.NewServer(pprofAddr, pm)
+		psrv.WriteTimeout = 2 * time.Minute
+		go psrv.ListenAndServe() //nolint:errcheck
+		defer psrv.Close()
+		logger.Info("pprof listening", "addr", pprofAddr)
 	}
 	srv := httpapi.NewServer(addr, handler)
 	ln, err := net.Listen("tcp", addr)
