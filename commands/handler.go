@@ -179,12 +179,17 @@ type streamStarter interface{ startsStream() bool }
 
 func (CreateOrder) startsStream() bool { return true }
 
+func startsStream(cmd Command) bool {
+	s, ok := cmd.(streamStarter)
+	return ok && s.startsStream()
+}
+
 func (h *Handler) load(ctx context.Context, key cacheKey, cmd Command, opts Options, first bool) ([]event.Record, []event.Payload, error) {
 	if first && opts.ExpectedVersion == nil && opts.Idempotency == nil {
 		if recs, payloads, ok := h.cache.get(key); ok {
 			return recs, payloads, nil
 		}
-		if s, ok := cmd.(streamStarter); ok && s.startsStream() {
+		if startsStream(cmd) {
 			return nil, nil, nil
 		}
 	}
@@ -220,6 +225,11 @@ func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream st
 			// between). Record it now instead of executing twice.
 			return h.recordApplied(ctx, tenant, idem, res)
 		}
+	}
+	if opts.ExpectedVersion != nil && !o.Exists() && !startsStream(cmd) {
+		// A precondition on an order that does not exist: it is missing
+		// (404), not changed by someone else (409).
+		return Result{}, order.ErrOrderNotFound
 	}
 	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != o.Version {
 		return Result{}, fmt.Errorf("order is at version %d, not %d: %w", o.Version, *opts.ExpectedVersion, ErrVersionConflict)

@@ -276,6 +276,8 @@ func TestIfMatch(t *testing.T) {
 	r := b.do(t, "POST", "/v1/orders/o-1/lines", tok, line, "If-Match", `"1"`)
 	wantStatus(t, r, 409, "version_conflict")
 	wantStatus(t, b.do(t, "POST", "/v1/orders/o-1/lines", tok, line, "If-Match", `2`), 200, "")
+	// A precondition on a missing order: 404, like any missing order.
+	wantStatus(t, b.do(t, "POST", "/v1/orders/o-nope/lines", tok, line, "If-Match", `"3"`), 404, "not_found")
 	if n := len(b.events(t, "a", "o-1")); n != 3 {
 		t.Fatalf("%d events, want 3", n)
 	}
