@@ -41,6 +41,9 @@ var envVars = map[string]string{
 	"STRATA_MAX_IN_FLIGHT":    "requests served at once before shedding with 503 (default 256)",
 	"STRATA_PPROF_ADDR":       "serve Go's pprof profiles on this separate address, e.g. 127.0.0.1:6060 (default off)",
 	"STRATA_PROJECTION_BATCH": "most events a projection applies per transaction (default 500)",
+	"STRATA_RELAY":            "integration-event relay of the projector role: off, sql (watermill-sql on strata's PostgreSQL) or nats (default nats when STRATA_RELAY_URL is set, else off); docs/relay.md",
+	"STRATA_RELAY_URL":        "NATS URL of the relay, e.g. nats://nats:4222: committed events are published to NATS JetStream",
+	"STRATA_RELAY_TOPIC":      "relay topic: JetStream stream and subject prefix (default strata_events; the sql relay supports only the default)",
 	"STRATA_PROJECTION_POLL":  "how often projection runners read the log when nothing wakes them, e.g. 1s or 250ms (default 1s)",
 }
 

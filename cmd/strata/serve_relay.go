@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/relay"
+)
+
+// Relay modes (STRATA_RELAY).
+const (
+	relayOff  = "off"
+	relaySQL  = "sql"
+	relayNATS = "nats"
+)
+
+// relaySettings reads STRATA_RELAY, STRATA_RELAY_URL and
+// STRATA_RELAY_TOPIC. The relay is off unless asked for: a NATS URL turns
+// it on (JetStream), STRATA_RELAY=sql publishes into watermill-sql's table
+// on strata's own PostgreSQL instead. Off by default because a relay with
+// nobody consuming only grows a table or a stream.
+func relaySettings(e env) (mode, natsURL, topic string, err error) {
+	natsURL = e.str("STRATA_RELAY_URL", "")
+	def := relayOff
+	if natsURL != "" {
+		def = relayNATS
+	}
+	mode = strings.ToLower(e.str("STRATA_RELAY", def))
+	topic = e.str("STRATA_RELAY_TOPIC", relay.DefaultTopic)
+	switch mode {
+	case relayOff:
+	case relayNATS:
+		if natsURL == "" {
+			return "", "", "", errors.New("STRATA_RELAY=nats needs STRATA_RELAY_URL=nats://host:4222")
+		}
+		if u, perr := url.Parse(natsURL); perr != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+			return "", "", "", errors.New("STRATA_RELAY_URL: want nats://host:port (NATS JetStream)")
+		}
+	case relaySQL:
+		if natsURL != "" {
+			return "", "", "", errors.New("STRATA_RELAY=sql publishes into PostgreSQL: unset STRATA_RELAY_URL")
+		}
+		if topic != relay.DefaultTopic {
+			return "", "", "", fmt.Errorf("STRATA_RELAY_TOPIC: the sql relay publishes to %s only (its tables come from a migration)", relay.DefaultTopic)
+		}
+	default:
+		return "", "", "", fmt.Errorf("STRATA_RELAY=%q: want off, sql or nats", mode)
+	}
+	return mode, natsURL, topic, nil
+}
+
+// redactURL hides a password in a NATS URL for logging.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
+}
+
+// wireRelay runs the relay in the projector role when it is on: committed
+// events published in log order to NATS JetStream or watermill-sql,
+// checkpointed in projection_checkpoints as relay_<topic>. Every projector
+// process runs one; a lease keeps one active, the others stand by.
+func wireRelay(a *app) error {
+	mode, natsURL, topic, err := relaySettings(a.env)
+	if err != nil || mode == relayOff {
+		return err
+	}
+	wake := projections.NewSignal()
+	cfg := relay.Config{Topic: topic, Wake: wake.C, Logger: a.logger}
+	closePub := func() {}
+	switch mode {
+	case relayNATS:
+		pub, err := relay.NewNATSPublisher(relay.NATSConfig{URL: natsURL, Name: "strata-relay", Logger: a.logger})
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		cfg.Publisher = pub
+		closePub = func() { _ = pub.Close() }
+	case relaySQL:
+		cfg.TxPublisher = relay.SQLTxPublisher(a.logger)
+	}
+	r, err := relay.New(a.log, a.projPool, cfg)
+	if err != nil {
+		closePub()
+		return err
+	}
+	a.workers = append(a.workers,
+		worker{name: "relay wake-up", run: func(ctx context.Context) error {
+			projections.Forward(ctx, a.appended.C, wake)
+			return nil
+		}},
+		worker{name: "relay listener", run: func(ctx context.Context) error {
+			return projections.Listen(ctx, a.projPool, wake, a.logger)
+		}},
+		worker{name: "relay", run: func(ctx context.Context) error {
+			defer closePub()
+			return r.Run(ctx)
+		}},
+	)
+	// Ready once the relay has a session: active (publishing, or retrying a
+	// broker that does not answer), or standby.
+	a.readiness = append(a.readiness, readinessCheck{"relay", func(context.Context) error {
+		if s := r.Status().State; s == projections.StateStarting || s == projections.StateStopped {
+			return fmt.Errorf("relay %s", s)
+		}
+		return nil
+	}})
+	where := "watermill_" + topic + " (PostgreSQL)"
+	if mode == relayNATS {
+		where = "JetStream stream " + topic + " at " + redactURL(natsURL)
+	}
+	a.logger.Info("relay on", "transport", mode, "topic", topic, "to", where, "checkpoint", r.Name())
+	return nil
+}

@@ -1,0 +1,114 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/strata-es/strata/domain/event"
+)
+
+// The relay keeps its checkpoint in projection_checkpoints, like a
+// projection (projections.ReadCheckpoints and `strata replay status` show
+// it), under the name relay_<topic>.
+
+// execer is a connection or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// loadCheckpoint creates the relay's row if needed, marks it running and
+// returns its position.
+func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (event.Position, error) {
+	if _, err := conn.Exec(ctx, `INSERT INTO projection_checkpoints (projection) VALUES ($1) ON CONFLICT (projection) DO NOTHING`, name); err != nil {
+		return event.Position{}, fmt.Errorf("create checkpoint of %s: %w", name, err)
+	}
+	var major, minor string
+	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status = 'error' THEN status ELSE 'running' END, updated_at = now()
+WHERE projection = $1 RETURNING pos_major::text, pos_minor::text`, name).Scan(&major, &minor)
+	if err != nil {
+		return event.Position{}, fmt.Errorf("load checkpoint of %s: %w", name, err)
+	}
+	var p event.Position
+	if p.Major, err = strconv.ParseUint(major, 10, 64); err != nil {
+		return p, fmt.Errorf("checkpoint of %s: %w", name, err)
+	}
+	if p.Minor, err = strconv.ParseUint(minor, 10, 64); err != nil {
+		return p, fmt.Errorf("checkpoint of %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// errCheckpointMoved: the checkpoint is not where this relay left it.
+var errCheckpointMoved = errors.New("checkpoint moved by another relay")
+
+// advance moves the checkpoint from where the batch was read after (from)
+// to its last event (to). The condition on the old position makes a relay
+// that wrongly believes it holds the lease harmless: it changes nothing
+// and gives up its session.
+func advance(ctx context.Context, q execer, name string, from, to event.Position) error {
+	ct, err := q.Exec(ctx, `UPDATE projection_checkpoints
+SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now()
+WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric`,
+		name, u64(to.Major), u64(to.Minor), u64(from.Major), u64(from.Minor))
+	if err != nil {
+		return fmt.Errorf("advance checkpoint of %s: %w", name, err)
+	}
+	if ct.RowsAffected() != 1 {
+		return errCheckpointMoved
+	}
+	return nil
+}
+
+func recordError(ctx context.Context, conn *pgx.Conn, name string, cause error) error {
+	msg := cause.Error()
+	if len(msg) > 2000 {
+		msg = strings.ToValidUTF8(msg[:2000], "")
+	}
+	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'error', last_error = $2, error_at = now(), updated_at = now()
+WHERE projection = $1`, name, msg)
+	return err
+}
+
+func recordStopped(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'stopped', updated_at = now()
+WHERE projection = $1 AND status = 'running'`, name)
+	return err
+}
+
+// Leases are session-level advisory locks in the two-key form
+// pg_try_advisory_lock(leaseClass, key(name)), held by the session that
+// advances the checkpoint: losing the session loses the lease and the
+// ability to advance. The class differs from the projection runners' so
+// that the two key spaces never collide.
+const leaseClass int32 = 0x5354524C // "STRL"
+
+func leaseKey(name string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte("strata-relay\x00" + name))
+	return int32(h.Sum32())
+}
+
+func tryLease(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, leaseClass, leaseKey(name)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("take lease of %s: %w", name, err)
+	}
+	return ok, nil
+}
+
+func releaseLease(conn *pgx.Conn, name string) {
+	if conn == nil || conn.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, leaseClass, leaseKey(name))
+}

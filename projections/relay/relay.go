@@ -1,0 +1,444 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/failpoint"
+	"github.com/strata-es/strata/projections"
+)
+
+// DefaultTopic is the topic events are published on: the JetStream stream
+// (subjects strata_events.<tenant>.<event type>) or the watermill-sql table
+// watermill_strata_events.
+const DefaultTopic = "strata_events"
+
+// Failpoints of the relay (internal/failpoint).
+const (
+	// FailpointAfterPublish is between the broker's acknowledgement of a
+	// batch and the checkpoint's advance: a crash there re-publishes the
+	// batch.
+	FailpointAfterPublish = "relay.after-publish"
+	// FailpointBeforeCommit is between a transactional batch's writes
+	// (messages and checkpoint) and its COMMIT.
+	FailpointBeforeCommit = "relay.before-commit"
+)
+
+// Config tunes a Relay. Zero values take the defaults; exactly one of
+// Publisher and TxPublisher must be set.
+type Config struct {
+	// Topic is the watermill topic (default DefaultTopic): lower-case
+	// [a-z0-9_], at most 56 bytes. The relay's checkpoint and lease are
+	// named relay_<topic>; renaming the topic starts a new relay from the
+	// first event.
+	Topic string
+	// Publisher publishes to a broker. Publish must return only once the
+	// broker has acknowledged every message (watermill-nats with JetStream
+	// does); the checkpoint advances afterwards, so a crash in between
+	// publishes the batch again (at-least-once).
+	Publisher message.Publisher
+	// TxPublisher returns a publisher that writes into tx, the batch's
+	// transaction, which also advances the checkpoint: messages are then
+	// published exactly once (watermill-sql; see SQLTxPublisher).
+	TxPublisher func(tx pgx.Tx) (message.Publisher, error)
+	// BatchSize is the most events read and published at once (default 500).
+	BatchSize int
+	// PollInterval is how often the log is read when nothing wakes the
+	// relay (default 1s).
+	PollInterval time.Duration
+	// LeaseRetry is how often a standby relay tries to take the lease
+	// (default 3s).
+	LeaseRetry time.Duration
+	// MinErrorBackoff and MaxErrorBackoff bound the delay before a failed
+	// batch is tried again (defaults 500ms and 30s). A batch is never
+	// skipped.
+	MinErrorBackoff, MaxErrorBackoff time.Duration
+	// FinishTimeout bounds each batch from read to checkpoint; on shutdown
+	// the batch in flight may finish within it (default 15s, below serve's
+	// shutdown timeout).
+	FinishTimeout time.Duration
+	// Wake, when set, returns a channel closed when new events may be
+	// available (projections.Signal.C); it is taken before each read.
+	Wake func() <-chan struct{}
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+var topicPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,55}$`)
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	def(&c.PollInterval, time.Second)
+	def(&c.LeaseRetry, 3*time.Second)
+	def(&c.MinErrorBackoff, 500*time.Millisecond)
+	def(&c.MaxErrorBackoff, 30*time.Second)
+	def(&c.FinishTimeout, 15*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	if !topicPattern.MatchString(c.Topic) {
+		errs = append(errs, fmt.Errorf("topic %q: want [a-z][a-z0-9_]{0,55}", c.Topic))
+	}
+	if (c.Publisher == nil) == (c.TxPublisher == nil) {
+		errs = append(errs, errors.New("set exactly one of Publisher and TxPublisher"))
+	}
+	if c.BatchSize < 1 || c.BatchSize > 10_000 {
+		errs = append(errs, fmt.Errorf("batch size %d: want 1 to 10000", c.BatchSize))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"poll interval", c.PollInterval}, {"lease retry", c.LeaseRetry}, {"min error backoff", c.MinErrorBackoff},
+		{"max error backoff", c.MaxErrorBackoff}, {"finish timeout", c.FinishTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", d.name, d.v))
+		}
+	}
+	if c.MaxErrorBackoff < c.MinErrorBackoff {
+		errs = append(errs, errors.New("max error backoff is below min error backoff"))
+	}
+	return errors.Join(errs...)
+}
+
+// Status is a relay's view of itself.
+type Status struct {
+	Name       string
+	State      projections.State
+	Checkpoint event.Position // as of the last advance
+	Published  int64          // messages published by this Relay value (re-publications included)
+	LastError  string
+	ErrorAt    time.Time
+}
+
+// Relay publishes the global log, in log order, from its checkpoint. Run
+// must not be called concurrently on one Relay; Status may be called
+// anytime.
+type Relay struct {
+	log    eventstore.Log
+	pool   *pgxpool.Pool
+	cfg    Config
+	name   string
+	logger *slog.Logger
+
+	published atomic.Int64
+	mu        sync.Mutex
+	status    Status
+
+	checkpoint event.Position // owned by Run
+}
+
+// New returns a relay of log. pool must run as db.RoleProjector; the relay
+// takes one connection out of it for as long as it runs (its session holds
+// the lease and advances the checkpoint).
+func New(log eventstore.Log, pool *pgxpool.Pool, cfg Config) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	name := CheckpointName(cfg.Topic)
+	return &Relay{
+		log:    log,
+		pool:   pool,
+		cfg:    cfg,
+		name:   name,
+		logger: cfg.Logger.With("relay", name),
+		status: Status{Name: name, State: projections.StateStopped},
+	}, nil
+}
+
+// CheckpointName is the relay's row in projection_checkpoints (and the
+// name of its lease) for topic.
+func CheckpointName(topic string) string { return "relay_" + topic }
+
+// Name returns the relay's checkpoint name.
+func (r *Relay) Name() string { return r.name }
+
+// Status returns what the relay is doing.
+func (r *Relay) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.status
+	s.Published = r.published.Load()
+	return s
+}
+
+func (r *Relay) setState(s projections.State) {
+	r.mu.Lock()
+	r.status.State = s
+	r.mu.Unlock()
+}
+
+// Run publishes until ctx ends: it takes the lease (or waits as a
+// standby), then publishes batches as events arrive. A failing batch is
+// retried with backoff and never skipped. When ctx ends it lets the batch
+// in flight finish (within FinishTimeout) and returns nil; it returns no
+// other error (failures are in Status and the log).
+func (r *Relay) Run(ctx context.Context) error {
+	defer r.setState(projections.StateStopped)
+	r.setState(projections.StateStarting)
+	standbyLogged := false
+	failures := 0
+	for ctx.Err() == nil {
+		conn, err := r.connect(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.logger.Warn("relay cannot connect; retrying", "error", err.Error(), "retry_in", r.cfg.LeaseRetry.String())
+			}
+			sleep(ctx, r.cfg.LeaseRetry)
+			continue
+		}
+		ok, err := tryLease(ctx, conn, r.name)
+		if err != nil || !ok {
+			closeConn(conn)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				r.logger.Warn("relay cannot take its lease; retrying", "error", err.Error())
+			case err == nil:
+				r.setState(projections.StateStandby)
+				if !standbyLogged {
+					r.logger.Info("relay on standby: another session holds the lease", "retry_every", r.cfg.LeaseRetry.String())
+					standbyLogged = true
+				}
+			}
+			sleep(ctx, r.cfg.LeaseRetry)
+			continue
+		}
+		standbyLogged = false
+		led := time.Now()
+		err = r.lead(ctx, conn)
+		releaseLease(conn, r.name)
+		closeConn(conn)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.setState(projections.StateStarting)
+		if time.Since(led) > 10*time.Second {
+			failures = 0
+		}
+		delay := min(100*time.Millisecond<<min(failures, 9), 30*time.Second)
+		failures++
+		r.logger.Warn("relay lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
+		sleep(ctx, delay)
+	}
+	return nil
+}
+
+// lead publishes batches while this session holds the lease. It returns
+// nil when ctx ends, and an error when the session is broken or the lease
+// in doubt.
+func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
+	cp, err := loadCheckpoint(ctx, conn, r.name)
+	if err != nil {
+		return err
+	}
+	r.checkpoint = cp
+	r.mu.Lock()
+	r.status.State, r.status.Checkpoint = projections.StateRunning, cp
+	r.mu.Unlock()
+	r.logger.Info("relay active", "topic", r.cfg.Topic, "checkpoint", cp.Token(), "position", cp.String())
+
+	var errDelay time.Duration
+	for {
+		var wake <-chan struct{}
+		if r.cfg.Wake != nil {
+			wake = r.cfg.Wake() // before reading: a wake-up during the read is not lost
+		}
+		if ctx.Err() != nil {
+			r.stop(conn)
+			return nil
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FinishTimeout)
+		n, err := r.step(sctx, conn)
+		cancel()
+		if err != nil {
+			if conn.IsClosed() || db.IsUnavailable(err) || errors.Is(err, errCheckpointMoved) {
+				return err
+			}
+			errDelay = min(max(2*errDelay, r.cfg.MinErrorBackoff), r.cfg.MaxErrorBackoff)
+			r.fail(ctx, conn, err, errDelay)
+			if !sleep(ctx, errDelay) {
+				r.stop(conn)
+				return nil
+			}
+			continue
+		}
+		if errDelay > 0 {
+			errDelay = 0
+			r.setState(projections.StateRunning)
+			r.logger.Info("relay recovered", "checkpoint", r.checkpoint.Token())
+		}
+		if n == r.cfg.BatchSize {
+			continue // more is probably waiting
+		}
+		timer := time.NewTimer(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			r.stop(conn)
+			return nil
+		case <-wake:
+			timer.Stop()
+		case <-timer.C:
+			// An idle session may have died unnoticed while holding the
+			// lease; a standby cannot take over until it is gone.
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("relay %s: lease session: %w", r.name, err)
+			}
+		}
+	}
+}
+
+// step publishes one batch after the checkpoint and advances the
+// checkpoint. It returns how many events it published (0: none visible).
+func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
+	recs, err := r.log.ReadAll(ctx, r.checkpoint, r.cfg.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("read log after %s: %w", r.checkpoint, err)
+	}
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	msgs := make([]*message.Message, len(recs))
+	for i, rec := range recs {
+		msgs[i] = NewMessage(rec)
+		msgs[i].SetContext(ctx)
+	}
+	next := recs[len(recs)-1].Position
+	if r.cfg.Publisher != nil {
+		if err := r.cfg.Publisher.Publish(r.cfg.Topic, msgs...); err != nil {
+			return 0, fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
+		}
+		r.published.Add(int64(len(msgs)))
+		r.logger.DebugContext(ctx, "published batch", "events", len(msgs), "first", recs[0].Position.String(), "last", next.String())
+		failpoint.Hit(FailpointAfterPublish)
+		if err := advance(ctx, conn, r.name, r.checkpoint, next); err != nil {
+			return 0, err
+		}
+	} else {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			pub, err := r.cfg.TxPublisher(tx)
+			if err != nil {
+				return err
+			}
+			if err := pub.Publish(r.cfg.Topic, msgs...); err != nil {
+				return fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
+			}
+			if err := advance(ctx, tx, r.name, r.checkpoint, next); err != nil {
+				return err
+			}
+			failpoint.Hit(FailpointBeforeCommit)
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		r.published.Add(int64(len(msgs)))
+		r.logger.DebugContext(ctx, "published batch", "events", len(msgs), "first", recs[0].Position.String(), "last", next.String())
+	}
+	r.checkpoint = next
+	r.mu.Lock()
+	r.status.Checkpoint = next
+	r.mu.Unlock()
+	return len(recs), nil
+}
+
+func (r *Relay) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn time.Duration) {
+	now := time.Now()
+	r.mu.Lock()
+	first := r.status.State != projections.StateError || r.status.LastError != err.Error()
+	r.status.State, r.status.LastError, r.status.ErrorAt = projections.StateError, err.Error(), now
+	r.mu.Unlock()
+	if first {
+		r.logger.Error("relay cannot publish; retrying with backoff, never skipping",
+			"error", err.Error(), "checkpoint", r.checkpoint.Token(), "retry_in", retryIn.String())
+	} else {
+		r.logger.Warn("relay still failing", "error", err.Error(), "retry_in", retryIn.String())
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rerr := recordError(rctx, conn, r.name, err); rerr != nil {
+		r.logger.Warn("cannot record the relay's error", "error", rerr.Error())
+	}
+}
+
+func (r *Relay) stop(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := recordStopped(ctx, conn, r.name); err != nil {
+		r.logger.Warn("cannot record that the relay stopped", "error", err.Error())
+	}
+	r.logger.Info("relay stopped", "checkpoint", r.checkpoint.Token(), "published", r.published.Load())
+}
+
+// connect takes a connection out of the pool for good: the relay's session
+// must end when the relay lets go of it, never return to the pool holding
+// the lease.
+func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return c.Hijack(), nil
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func closeConn(conn *pgx.Conn) {
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// sleep waits for d or ctx; it reports whether the full d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
