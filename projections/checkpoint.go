@@ -24,6 +24,16 @@ type Checkpoint struct {
 	LastError string
 	ErrorAt   time.Time
 	UpdatedAt time.Time
+	// Generation identifies the projection's current rows: a rebuild's
+	// swap replaces it, and dead letters belong to one generation.
+	Generation string
+	// ParkedStreams and ParkedLetters count, over every tenant, the
+	// streams parked now and the dead letters still parked (of this
+	// generation).
+	ParkedStreams, ParkedLetters int64
+	// Rebuild describes the rebuild a <name>__rebuild row stands for (raw
+	// JSON; nil on other rows).
+	Rebuild []byte
 }
 
 // Querier is what reading checkpoints needs (a pool, a connection or a
@@ -38,7 +48,8 @@ func ReadCheckpoints(ctx context.Context, q Querier, names ...string) (map[strin
 	if names == nil {
 		names = []string{} // an empty array, not NULL
 	}
-	rows, err := q.Query(ctx, `SELECT projection, pos_major::text, pos_minor::text, status, coalesce(last_error, ''), error_at, updated_at
+	rows, err := q.Query(ctx, `SELECT projection, pos_major::text, pos_minor::text, status, coalesce(last_error, ''), error_at, updated_at,
+       generation::text, parked_streams, parked_letters, rebuild
 FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = ANY($1::text[])`, names)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
@@ -49,7 +60,8 @@ FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = AN
 		var c Checkpoint
 		var major, minor, status string
 		var errorAt *time.Time
-		if err := rows.Scan(&c.Projection, &major, &minor, &status, &c.LastError, &errorAt, &c.UpdatedAt); err != nil {
+		if err := rows.Scan(&c.Projection, &major, &minor, &status, &c.LastError, &errorAt, &c.UpdatedAt,
+			&c.Generation, &c.ParkedStreams, &c.ParkedLetters, &c.Rebuild); err != nil {
 			return nil, fmt.Errorf("read checkpoints: %w", err)
 		}
 		if c.Position, err = parsePosition(major, minor); err != nil {
@@ -84,32 +96,49 @@ func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 // ensureCheckpointSQL creates the row of a projection that never ran.
 const ensureCheckpointSQL = `INSERT INTO projection_checkpoints (projection) VALUES ($1) ON CONFLICT (projection) DO NOTHING`
 
+// checkpointState is what a runner loads when it takes the lease.
+type checkpointState struct {
+	pos           event.Position
+	generation    string
+	parkedStreams int64
+}
+
 // loadCheckpoint creates the projection's row if needed, marks it running
-// and returns its position.
-func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (event.Position, error) {
+// and returns its position, generation and parked-stream count.
+func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (checkpointState, error) {
+	var st checkpointState
 	if _, err := conn.Exec(ctx, ensureCheckpointSQL, name); err != nil {
-		return event.Position{}, fmt.Errorf("create checkpoint of %s: %w", name, err)
+		return st, fmt.Errorf("create checkpoint of %s: %w", name, err)
 	}
 	var major, minor string
 	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status = 'error' THEN status ELSE 'running' END, updated_at = now()
-WHERE projection = $1 RETURNING pos_major::text, pos_minor::text`, name).Scan(&major, &minor)
+WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::text, parked_streams`, name).Scan(&major, &minor, &st.generation, &st.parkedStreams)
 	if err != nil {
-		return event.Position{}, fmt.Errorf("load checkpoint of %s: %w", name, err)
+		return st, fmt.Errorf("load checkpoint of %s: %w", name, err)
 	}
-	return parsePosition(major, minor)
+	st.pos, err = parsePosition(major, minor)
+	return st, err
 }
 
 // advanceSQL moves the checkpoint from the position the runner read its
 // batch after ($4, $5) to the batch's last event ($2, $3), in the batch's
-// transaction. The condition on the old position makes a second runner that
+// transaction, and counts the streams ($6) and dead letters ($7) the batch
+// parks. The condition on the old position makes a second runner that
 // wrongly believes it holds the lease (a lease lost between reading and
 // committing) harmless: its UPDATE waits for the first runner's row lock,
 // then finds the position moved and changes nothing, and the runner rolls
 // back instead of applying the batch twice. It is queued first, so such a
 // runner waits before doing its writes rather than after.
+//
+// It returns the parked-stream count and whether a tool has asked the
+// projection to pause (the pause lock, see lease.go, is held: the shared
+// transaction-level try fails), so that a busy runner learns of a pause
+// with no extra round trip.
 const advanceSQL = `UPDATE projection_checkpoints
-SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now()
-WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric`
+SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now(),
+    parked_streams = parked_streams + $6::bigint, parked_letters = parked_letters + $7::bigint
+WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric
+RETURNING parked_streams, NOT pg_try_advisory_xact_lock_shared($8::int, $9::int)`
 
 // errCheckpointMoved: the checkpoint is not where this runner left it.
 var errCheckpointMoved = errors.New("checkpoint moved by another runner")

@@ -10,6 +10,14 @@
 // across processes (a session advisory lock); runners wake on appends in
 // this process, on LISTEN/NOTIFY from other processes, and by polling.
 //
+// A poison event parks its stream, not the projection (decision 5): the
+// runner writes it and the stream's later events to the dead-letter store
+// in the batch's transaction and retries the stream in the background
+// (FailurePolicy, deadletter.go). Tools take a projection from its runner
+// for a moment with AcquireExclusive (a rebuild's swap, a dead-letter
+// retry); projections that can write into other tables (Retargetable) can
+// be rebuilt into shadow copies (package replay).
+//
 // The package also holds what the query side needs to know about
 // projections: checkpoints (Consistency waits for a consistency token) and
 // their status and lag (Monitor).

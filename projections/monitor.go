@@ -27,12 +27,15 @@ type ProjectionStatus struct {
 	LagEvents  int64
 	LagSeconds float64 // age of the oldest event not yet applied; 0 when none
 	// State is running, standby (this process waits while another runs
-	// it), error (its runner retries a failing event) or stopped (no
-	// process runs it).
+	// it), error (its runner retries a failing event), paused (a replay
+	// operation holds it for a moment) or stopped (no process runs it).
 	State     State
 	LastError string
 	ErrorAt   time.Time
 	UpdatedAt time.Time
+	// ParkedStreams and ParkedLetters count the streams parked now and the
+	// dead letters waiting, over every tenant.
+	ParkedStreams, ParkedLetters int64
 }
 
 // MonitorConfig configures a Monitor.
@@ -132,13 +135,13 @@ func (m *Monitor) Tenant(ctx context.Context, tenant string) ([]ProjectionStatus
 	if err != nil {
 		return nil, err
 	}
-	leases, err := heldLeases(ctx, m.cfg.App)
+	leases, paused, err := heldLeases(ctx, m.cfg.App)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ProjectionStatus, 0, len(m.cfg.Names))
 	for _, name := range m.cfg.Names {
-		st := m.status(name, cps, leases, head)
+		st := m.status(name, cps, leases, paused, head)
 		if l := lags[name]; l.n > 0 {
 			st.LagEvents = l.n
 			st.LagSeconds = m.age(l.oldest)
@@ -158,13 +161,13 @@ func (m *Monitor) All(ctx context.Context) ([]ProjectionStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	leases, err := heldLeases(ctx, m.cfg.App)
+	leases, paused, err := heldLeases(ctx, m.cfg.App)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ProjectionStatus, 0, len(m.cfg.Names))
 	for _, name := range m.cfg.Names {
-		st := m.status(name, cps, leases, head)
+		st := m.status(name, cps, leases, paused, head)
 		n, oldest, err := m.cfg.Log.Lag(ctx, st.Checkpoint)
 		if err != nil {
 			return nil, err
@@ -193,9 +196,10 @@ func (m *Monitor) age(t time.Time) float64 {
 
 // status combines the checkpoint row, whether any session holds the lease,
 // and this process's runner.
-func (m *Monitor) status(name string, cps map[string]Checkpoint, leases map[uint32]bool, head event.Position) ProjectionStatus {
+func (m *Monitor) status(name string, cps map[string]Checkpoint, leases, paused map[uint32]bool, head event.Position) ProjectionStatus {
 	cp := cps[name]
-	st := ProjectionStatus{Name: name, Checkpoint: cp.Position, Head: head, LastError: cp.LastError, ErrorAt: cp.ErrorAt, UpdatedAt: cp.UpdatedAt}
+	st := ProjectionStatus{Name: name, Checkpoint: cp.Position, Head: head, LastError: cp.LastError, ErrorAt: cp.ErrorAt, UpdatedAt: cp.UpdatedAt,
+		ParkedStreams: cp.ParkedStreams, ParkedLetters: cp.ParkedLetters}
 	held := leases[uint32(leaseKey(name))]
 	var local RunnerStatus
 	hasLocal := false
@@ -203,6 +207,8 @@ func (m *Monitor) status(name string, cps map[string]Checkpoint, leases map[uint
 		local, hasLocal = m.cfg.Local(name)
 	}
 	switch {
+	case paused[uint32(leaseKey(name))]:
+		st.State = StatePaused
 	case hasLocal && (local.State == StateRunning || local.State == StateError):
 		st.State = local.State
 		if local.State == StateError {

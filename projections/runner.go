@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain/event"
@@ -34,6 +34,7 @@ const (
 	StateRunning  State = "running"  // holds the lease and applies events
 	StateStandby  State = "standby"  // another session holds the lease; retrying
 	StateError    State = "error"    // holds the lease, but the next batch fails; retried with backoff, never skipped
+	StatePaused   State = "paused"   // a tool (rebuild swap, dead-letter retry) holds the projection; resumes after it
 	StateStopped  State = "stopped"
 )
 
@@ -88,7 +89,48 @@ type RunnerConfig struct {
 	Progress *Progress
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+
+	// DeadLetters turns on the failure policy of ARCHITECTURE decision 5
+	// (see FailurePolicy): an event that fails on its own parks its stream
+	// in the dead-letter store instead of stopping the projection. Without
+	// it a failing event is retried with backoff forever, holding every
+	// stream back (and CatchUp returns its *EventError).
+	DeadLetters bool
+	// Failures tunes the failure policy (defaults: 5 attempts, 200ms
+	// doubling to 10s, 20% jitter).
+	Failures FailurePolicy
+	// Checkpoint is the key of the runner's checkpoint row and lease
+	// (default: the projection's name). A rebuild runs a projection into
+	// shadow tables under a key of its own; a new projection that reuses
+	// another's code needs one too.
+	Checkpoint string
+	// Filter, when set, limits the events applied to those it accepts;
+	// the others advance the checkpoint like events of types the
+	// projection does not handle (a rebuild of one tenant).
+	Filter func(event.Record) bool
+	// OnBatch, when set, is called after every committed batch (progress
+	// of a rebuild).
+	OnBatch func(BatchInfo)
+	// AsyncCommit turns synchronous_commit off on the runner's session: a
+	// commit does not wait for its WAL flush. A crash may then lose the
+	// last batches, but never half a batch (rows and checkpoint commit
+	// together), so they are simply applied again: safe for any runner,
+	// and what a rebuild uses.
+	AsyncCommit bool
 }
+
+// BatchInfo describes a committed batch.
+type BatchInfo struct {
+	// Events is how many events of the log the batch covered (applied,
+	// parked or skipped); Checkpoint is where it ended.
+	Events     int
+	Checkpoint event.Position
+	// Parked counts events the batch sent to the dead-letter store.
+	Parked int
+}
+
+// checkpointKey matches projection_checkpoints.projection.
+var checkpointKey = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 
 func (c *RunnerConfig) setDefaults() {
 	def := func(d *time.Duration, v time.Duration) {
@@ -114,6 +156,7 @@ func (c *RunnerConfig) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Failures.setDefaults()
 }
 
 // Validate reports every invalid setting.
@@ -136,6 +179,12 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.StreamCache < 1 {
 		errs = append(errs, fmt.Errorf("stream cache %d: want at least 1", c.StreamCache))
+	}
+	if c.Checkpoint != "" && !checkpointKey.MatchString(c.Checkpoint) {
+		errs = append(errs, fmt.Errorf("checkpoint key %q: want [a-z][a-z0-9_]{0,62}", c.Checkpoint))
+	}
+	if err := c.Failures.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -169,16 +218,23 @@ type Runner struct {
 	locator eventstore.VersionLocator
 	pool    *pgxpool.Pool
 	cfg     RunnerConfig
-	handles map[string]bool
 	logger  *slog.Logger
 
 	mu     sync.Mutex
 	status RunnerStatus
 
+	key     string // checkpoint and lease key
+	handles map[string]bool
+
 	// Owned by the goroutine in Run or CatchUp.
-	checkpoint event.Position
-	streams    *streamCache
-	catchingUp bool // the last batch was full: the next one is read at once
+	checkpoint    event.Position
+	streams       *streamCache
+	catchingUp    bool                    // the last batch was full: the next one is read at once
+	generation    string                  // of the checkpoint row, for dead letters
+	parkedStreams int64                   // the checkpoint row's count: 0 means no stream needs looking up
+	retries       map[streamKey]time.Time // parked streams the runner retries, and when
+	until         event.Position          // CatchUp's bound: no event after it is applied (zero: none)
+	pauseSeen     bool                    // the last commit saw a tool's pause lock
 }
 
 // NewRunner returns a runner of p reading log. pool must run as
@@ -197,6 +253,14 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 	for _, t := range p.EventTypes() {
 		handles[t] = true
 	}
+	key := cfg.Checkpoint
+	if key == "" {
+		key = p.Name()
+	}
+	logger := cfg.Logger.With("projection", p.Name())
+	if key != p.Name() {
+		logger = logger.With("checkpoint", key)
+	}
 	return &Runner{
 		proj:    p,
 		log:     log,
@@ -204,14 +268,17 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 		pool:    pool,
 		cfg:     cfg,
 		handles: handles,
-		logger:  cfg.Logger.With("projection", p.Name()),
-		status:  RunnerStatus{Name: p.Name(), State: StateStopped},
+		key:     key,
+		logger:  logger,
+		status:  RunnerStatus{Name: key, State: StateStopped},
 		streams: newStreamCache(cfg.StreamCache),
+		retries: map[streamKey]time.Time{},
 	}, nil
 }
 
-// Name returns the projection's name.
-func (r *Runner) Name() string { return r.proj.Name() }
+// Name returns the runner's checkpoint key: the projection's name unless
+// RunnerConfig.Checkpoint says otherwise.
+func (r *Runner) Name() string { return r.key }
 
 // Status returns what the runner is doing.
 func (r *Runner) Status() RunnerStatus {
@@ -231,16 +298,19 @@ func (r *Runner) setState(s State) {
 }
 
 // Run keeps the projection up to date until ctx ends: it takes the lease
-// (or waits as a standby), then applies batches as events arrive. On a
-// failing batch it records the error, retries with backoff and never skips
-// the event. When ctx ends it finishes the batch in flight and returns nil;
-// it returns no other error (failures are in Status and the log).
+// (or waits as a standby), then applies batches as events arrive. An event
+// that fails on its own parks its stream when DeadLetters is set (see
+// FailurePolicy); any other failing batch is recorded and retried with
+// backoff, never skipped. When a tool takes the projection (AcquireExclusive)
+// it finishes its batch, yields and waits (state paused). When ctx ends it
+// finishes the batch in flight and returns nil; it returns no other error
+// (failures are in Status and the log).
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
 	r.setState(StateStarting)
 	var conn *pgx.Conn
 	defer func() { closeConn(conn) }()
-	standbyLogged := false
+	standbyLogged, pausedLogged := false, false
 	failures := 0 // consecutive sessions that ended early
 	for ctx.Err() == nil {
 		if conn == nil || conn.IsClosed() {
@@ -256,7 +326,21 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			conn = c
 		}
-		ok, err := tryLease(ctx, conn, r.proj.Name())
+		paused, err := pauseRequested(ctx, conn, r.key)
+		if err == nil && paused {
+			if !pausedLogged {
+				r.logger.Info("projection runner paused: a replay operation holds the projection")
+				pausedLogged = true
+			}
+			r.setState(StatePaused)
+			sleep(ctx, pauseRetry)
+			continue
+		}
+		pausedLogged = false
+		var ok bool
+		if err == nil {
+			ok, err = tryLease(ctx, conn, r.key)
+		}
 		if err != nil {
 			closeConn(conn)
 			conn = nil
@@ -279,11 +363,17 @@ func (r *Runner) Run(ctx context.Context) error {
 		led := time.Now()
 		err = r.lead(ctx, conn)
 		// Ending the session releases the lease whatever state it is in.
-		releaseLease(conn, r.proj.Name())
+		releaseLease(conn, r.key)
 		closeConn(conn)
 		conn = nil
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errYield) {
+			// A tool asked for the projection: it takes the lease now and
+			// the loop waits above until its pause lock is gone.
+			r.setState(StatePaused)
+			continue
 		}
 		r.setState(StateStarting)
 		// Reconnect at once after a long run; back off when sessions keep
@@ -302,22 +392,27 @@ func (r *Runner) Run(ctx context.Context) error {
 // lead runs batches while this session holds the lease. It returns nil when
 // ctx ends, and an error when the session is broken or the lease in doubt.
 func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
-	cp, err := loadCheckpoint(ctx, conn, r.proj.Name())
-	if err != nil {
+	if err := r.begin(ctx, conn); err != nil {
 		return err
 	}
-	r.checkpoint = cp
-	r.streams.reset()
-	r.catchingUp = false
+	// A tool may have asked for the projection while this runner took the
+	// lease: let it have it before doing anything.
+	if paused, err := pauseRequested(ctx, conn, r.key); err != nil {
+		return err
+	} else if paused {
+		return errYield
+	}
+	cp := r.checkpoint
 	r.mu.Lock()
 	r.status.State, r.status.Checkpoint = StateRunning, cp
 	r.mu.Unlock()
 	r.logger.Info("projection runner active", "checkpoint", cp.Token(), "position", cp.String())
 
 	var (
-		chasing  bool          // the last read was prompted by a wake-up
-		repoll   time.Duration // current delay of re-reading after an empty wake-up
-		errDelay time.Duration
+		chasing   bool          // the last read was prompted by a wake-up
+		repoll    time.Duration // current delay of re-reading after an empty wake-up
+		errDelay  time.Duration
+		transient time.Duration
 	)
 	for {
 		var wake <-chan struct{}
@@ -329,22 +424,42 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		}
 		n, err := r.stepToCompletion(ctx, conn)
+		if err == nil && r.pauseSeen {
+			return errYield // the batch committed; the tool takes over
+		}
 		if err != nil {
 			if conn.IsClosed() || db.IsUnavailable(err) || errors.Is(err, errCheckpointMoved) {
 				return err
 			}
-			errDelay = min(max(2*errDelay, r.cfg.MinErrorBackoff), r.cfg.MaxErrorBackoff)
-			r.fail(ctx, conn, err, errDelay)
-			if !sleep(ctx, errDelay) {
+			var wait time.Duration
+			if IsTransient(err) {
+				// A deadlock, a serialization failure, a batch out of time:
+				// pause and retry, counting no attempt and parking nothing.
+				transient = min(max(2*transient, r.cfg.Failures.InitialDelay), r.cfg.Failures.MaxDelay)
+				wait = transient
+				r.logger.Warn("projection batch failed transiently; retrying", "error", err.Error(), "retry_in", wait.String())
+			} else {
+				errDelay = min(max(2*errDelay, r.cfg.MinErrorBackoff), r.cfg.MaxErrorBackoff)
+				wait = errDelay
+				r.fail(ctx, conn, err, errDelay)
+			}
+			switch r.wait(ctx, conn, wait) {
+			case waitStopped:
 				r.stop(conn)
 				return nil
+			case waitYield:
+				return errYield
 			}
 			continue
 		}
+		transient = 0
 		if errDelay > 0 {
 			errDelay = 0
 			r.setState(StateRunning)
 			r.logger.Info("projection runner recovered", "checkpoint", r.checkpoint.Token())
+		}
+		if err := r.retryDue(ctx, conn); err != nil {
+			return err
 		}
 		if n == r.cfg.BatchSize {
 			chasing, repoll = false, 0
@@ -364,6 +479,9 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		} else {
 			chasing, repoll = false, 0
 		}
+		if d, ok := r.nextRetry(); ok && d < timeout {
+			timeout = max(d, time.Millisecond)
+		}
 		timer := time.NewTimer(timeout)
 		select {
 		case <-ctx.Done():
@@ -378,16 +496,167 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			chasing = repoll > 0
 			if !chasing {
 				// An idle session may have died unnoticed (it holds the
-				// lease, and a standby cannot take over until it is gone).
+				// lease, and a standby cannot take over until it is gone);
+				// the probe also tells whether a tool asked for the
+				// projection.
 				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				err := conn.Ping(pctx)
+				paused, err := pauseRequested(pctx, conn, r.key)
 				cancel()
 				if err != nil && ctx.Err() == nil {
-					return fmt.Errorf("projection %s: lease session: %w", r.proj.Name(), err)
+					return fmt.Errorf("projection %s: lease session: %w", r.key, err)
+				}
+				if paused {
+					return errYield
 				}
 			}
 		}
 	}
+}
+
+// errYield: a tool asked for the projection; the runner gives its lease
+// back and waits until the tool is done.
+var errYield = errors.New("a replay operation asked for the projection")
+
+// pauseRetry is how often a paused runner looks whether the tool is done.
+const pauseRetry = 100 * time.Millisecond
+
+type waitResult int
+
+const (
+	waitDone waitResult = iota
+	waitStopped
+	waitYield
+)
+
+// wait sleeps d (after a failed batch), looking every poll interval
+// whether a tool asked for the projection, which a failing runner must not
+// hold up.
+func (r *Runner) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) waitResult {
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return waitDone
+		}
+		if !sleep(ctx, min(left, r.cfg.PollInterval)) {
+			return waitStopped
+		}
+		if paused, err := pauseRequested(ctx, conn, r.key); err == nil && paused {
+			return waitYield
+		}
+	}
+}
+
+// begin loads the checkpoint row of a session that just took the lease,
+// and the automatic retries of parked streams still to do.
+func (r *Runner) begin(ctx context.Context, conn *pgx.Conn) error {
+	st, err := loadCheckpoint(ctx, conn, r.key)
+	if err != nil {
+		return err
+	}
+	r.checkpoint, r.generation, r.parkedStreams = st.pos, st.generation, st.parkedStreams
+	r.streams.reset()
+	r.catchingUp, r.pauseSeen = false, false
+	clear(r.retries)
+	if r.cfg.DeadLetters && r.parkedStreams > 0 {
+		if err := r.loadRetries(ctx, conn); err != nil {
+			// Not fatal: a stream whose schedule is not known is retried
+			// once its next event arrives, or by an operator.
+			r.logger.Warn("cannot load the retry schedule of parked streams", "error", err.Error())
+		}
+	}
+	return nil
+}
+
+// loadRetries reads which parked streams are still to be retried
+// automatically, tenant by tenant (the tenants come from the log).
+func (r *Runner) loadRetries(ctx context.Context, conn *pgx.Conn) error {
+	tenants, err := Tenants(ctx, conn)
+	if err != nil {
+		return err
+	}
+	for lo := 0; lo < len(tenants); lo += 200 {
+		b := &pgx.Batch{}
+		for _, t := range tenants[lo:min(lo+200, len(tenants))] {
+			b.Queue(db.SetTenantSQL, t)
+			b.Queue(`SELECT stream_id, next_attempt_at FROM parked_streams
+WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND next_attempt_at IS NOT NULL`, t, r.proj.Name(), r.generation).
+				Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						var stream string
+						var at time.Time
+						if err := rows.Scan(&stream, &at); err != nil {
+							return err
+						}
+						r.retries[streamKey{t, stream}] = at
+					}
+					return rows.Err()
+				})
+		}
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("read parked streams: %w", err)
+		}
+	}
+	return nil
+}
+
+// nextRetry returns how long until the next automatic retry is due.
+func (r *Runner) nextRetry() (time.Duration, bool) {
+	var next time.Time
+	for _, at := range r.retries {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return time.Until(next), !next.IsZero()
+}
+
+// retryDue retries the parked streams whose next attempt is due, each in
+// a transaction of its own on the lease session (so nothing else applies
+// the projection meanwhile). It returns an error only when the session is
+// gone.
+func (r *Runner) retryDue(ctx context.Context, conn *pgx.Conn) error {
+	if len(r.retries) == 0 {
+		return nil
+	}
+	now := time.Now()
+	for k, at := range r.retries {
+		if at.After(now) {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FinishTimeout)
+		out, err := retryStream(sctx, conn, r.proj, r.cfg.Registry, r.key, r.generation, k.tenant, k.stream, "runner", &r.cfg.Failures)
+		cancel()
+		log := r.logger.With("tenant", k.tenant, "stream", k.stream)
+		switch {
+		case errors.Is(err, ErrNotParked):
+			delete(r.retries, k)
+		case err != nil:
+			if conn.IsClosed() || db.IsUnavailable(err) {
+				return err
+			}
+			r.retries[k] = now.Add(r.cfg.Failures.Delay(1))
+			log.Warn("retry of a parked stream failed without an attempt counted; trying again later", "error", err.Error())
+		case out.Unparked:
+			delete(r.retries, k)
+			r.parkedStreams = out.parkedStreams
+			log.Info("parked stream applied on retry and unparked", "letters", len(out.Applied))
+		default:
+			r.parkedStreams = out.parkedStreams
+			f := out.Failed
+			if out.NextAttemptAt.IsZero() {
+				delete(r.retries, k)
+				log.Error("event parked for good after its last attempt; retry or discard it with `strata replay dlq`",
+					"dead_letter", f.ID, "version", f.Event.Version, "attempts", f.Attempts, "error", f.Error)
+			} else {
+				r.retries[k] = out.NextAttemptAt
+				log.Warn("retry of a parked stream failed", "dead_letter", f.ID, "version", f.Event.Version,
+					"attempt", f.Attempts, "of", r.cfg.Failures.Attempts, "error", f.Error,
+					"retry_in", time.Until(out.NextAttemptAt).Round(time.Millisecond).String())
+			}
+		}
+	}
+	return nil
 }
 
 // stepToCompletion runs one step that a cancelled ctx does not interrupt:
@@ -412,7 +681,7 @@ func (r *Runner) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn ti
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if rerr := recordError(rctx, conn, r.proj.Name(), err); rerr != nil {
+	if rerr := recordError(rctx, conn, r.key, err); rerr != nil {
 		r.logger.Warn("cannot record the projection's error", "error", rerr.Error())
 	}
 }
@@ -420,45 +689,76 @@ func (r *Runner) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn ti
 func (r *Runner) stop(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := recordStopped(ctx, conn, r.proj.Name()); err != nil {
+	if err := recordStopped(ctx, conn, r.key); err != nil {
 		r.logger.Warn("cannot record that the projection stopped", "error", err.Error())
 	}
 	r.logger.Info("projection runner stopped", "checkpoint", r.checkpoint.Token())
 }
 
 // CatchUp takes the lease, applies batches until the checkpoint reaches
-// until (or, when until is zero, until no further event is visible), and
-// gives the lease back. It is for tests, benchmarks and tools that drive a
-// projection in the foreground. Errors: ErrLeaseHeld, and any batch error
-// (an *EventError for an event that cannot be applied).
+// until (no event after until is applied) or, when until is zero, until no
+// further event is visible, and gives the lease back. It is for tests,
+// benchmarks and tools that drive a projection in the foreground; it does
+// not yield to pauses. With DeadLetters, parked streams whose retry falls
+// due meanwhile are retried between batches. Errors: ErrLeaseHeld, and any
+// batch error (an *EventError for an event that cannot be applied, without
+// DeadLetters).
 func (r *Runner) CatchUp(ctx context.Context, until event.Position) error {
 	conn, err := r.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConn(conn)
-	ok, err := tryLease(ctx, conn, r.proj.Name())
+	ok, err := tryLease(ctx, conn, r.key)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return ErrLeaseHeld
 	}
-	defer releaseLease(conn, r.proj.Name())
-	if r.checkpoint, err = loadCheckpoint(ctx, conn, r.proj.Name()); err != nil {
+	defer releaseLease(conn, r.key)
+	return r.catchUp(ctx, conn, until)
+}
+
+// CatchUpOn is CatchUp on the session of x, which holds the lease of the
+// runner's checkpoint key: a tool that paused the projection's runner
+// brings it to a position of its choosing (a rebuild of one tenant swaps
+// at the live checkpoint).
+func (r *Runner) CatchUpOn(ctx context.Context, x *Exclusive, until event.Position) error {
+	if x == nil || x.key != r.key || x.conn == nil {
+		return fmt.Errorf("projection %s: catch up needs the exclusive lease of %s", r.proj.Name(), r.key)
+	}
+	return r.catchUp(ctx, x.conn, until)
+}
+
+func (r *Runner) catchUp(ctx context.Context, conn *pgx.Conn, until event.Position) error {
+	if r.cfg.AsyncCommit {
+		// Also on a tool's session (CatchUpOn), which connect did not open.
+		if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+			return fmt.Errorf("projection %s: %w", r.proj.Name(), err)
+		}
+	}
+	if err := r.begin(ctx, conn); err != nil {
 		return err
 	}
-	r.streams.reset()
-	r.catchingUp = false
+	r.mu.Lock()
+	r.status.State, r.status.Checkpoint = StateRunning, r.checkpoint
+	r.mu.Unlock()
+	defer r.setState(StateStopped)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = recordStopped(sctx, conn, r.proj.Name())
+		_ = recordStopped(sctx, conn, r.key)
 	}()
+	r.until = until
+	defer func() { r.until = event.Position{} }()
 	repoll := r.cfg.MinRepoll
 	for until.IsZero() || r.checkpoint.Less(until) {
 		n, err := r.step(ctx, conn)
 		if err != nil {
+			return err
+		}
+		if err := r.retryDue(ctx, conn); err != nil {
 			return err
 		}
 		if n > 0 {
@@ -500,6 +800,13 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, fmt.Errorf("read log after %s: %w", r.checkpoint, err)
 	}
 	r.catchingUp = len(recs) == r.cfg.BatchSize
+	if !r.until.IsZero() {
+		k := len(recs)
+		for k > 0 && r.until.Less(recs[k-1].Position) {
+			k--
+		}
+		recs = recs[:k] // decoded's slices stay aligned: a prefix
+	}
 	if len(recs) == 0 {
 		return 0, nil
 	}
@@ -511,17 +818,30 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	plan, err := r.planParks(ctx, conn, items)
+	if err != nil {
+		return 0, err
+	}
 	next := recs[len(recs)-1].Position
 	bp, setBased := r.proj.(BatchProjection)
 	setBased = setBased && !r.cfg.PerEvent
-	err = r.apply(ctx, conn, recs, items, next, bp, setBased)
-	var sbe *setBasedError
-	if errors.As(err, &sbe) && !conn.IsClosed() && !db.IsUnavailable(err) && ctx.Err() == nil {
-		// Find the event: the same batch again, event by event.
-		if err = r.apply(ctx, conn, recs, items, next, bp, false); err == nil {
-			r.logger.Warn("a batch failed as a whole but applied event by event: the projection's two paths disagree",
-				"error", sbe.Error())
+	var res applied
+	for round := 0; ; round++ {
+		res, err = r.apply(ctx, conn, recs, items, next, bp, setBased, plan)
+		var sbe *setBasedError
+		if errors.As(err, &sbe) && !conn.IsClosed() && !db.IsUnavailable(err) && ctx.Err() == nil {
+			// Find the event: the same batch again, event by event.
+			if res, err = r.apply(ctx, conn, recs, items, next, bp, false, plan); err == nil {
+				r.logger.Warn("a batch failed as a whole but applied event by event: the projection's two paths disagree",
+					"error", sbe.Error())
+			}
 		}
+		var ee *EventError
+		if plan != nil && errors.As(err, &ee) && IsPoison(ee.Err) && !conn.IsClosed() && ctx.Err() == nil && round <= len(items) &&
+			plan.park(ee.Event, ee.Err, r.cfg.Failures) {
+			continue // the same batch again, with the event's stream parked
+		}
+		break
 	}
 	if err != nil {
 		return 0, err
@@ -530,24 +850,152 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	for k, v := range last {
 		r.streams.put(k, v)
 	}
+	r.parkedStreams, r.pauseSeen = res.parkedStreams, res.pause
+	if plan != nil {
+		r.noteParks(plan)
+	}
 	if r.logger.Enabled(ctx, slog.LevelDebug) {
-		r.logger.DebugContext(ctx, "applied batch", "events", len(recs), "handled", len(items),
+		r.logger.DebugContext(ctx, "applied batch", "events", len(recs), "handled", len(items), "parked", res.letters,
 			"checkpoint", next.String(), "took", time.Since(began).String())
 	}
 	r.mu.Lock()
 	r.status.Checkpoint = next
 	r.mu.Unlock()
 	if r.cfg.Progress != nil {
-		r.cfg.Progress.advance(r.proj.Name(), next)
+		r.cfg.Progress.advance(r.key, next)
+	}
+	if r.cfg.OnBatch != nil {
+		r.cfg.OnBatch(BatchInfo{Events: len(recs), Checkpoint: next, Parked: res.letters})
 	}
 	return len(recs), nil
 }
 
+// noteParks logs the streams a committed batch parked and schedules their
+// automatic retries; parked streams found with a schedule the runner did
+// not know (parked before it took the lease) join the schedule too.
+func (r *Runner) noteParks(plan *parkPlan) {
+	for k, p := range plan.existing {
+		if _, ok := r.retries[k]; !ok && !p.next.IsZero() {
+			r.retries[k] = p.next
+		}
+	}
+	for k, f := range plan.fresh {
+		log := r.logger.With("tenant", k.tenant, "stream", k.stream, "version", f.rec.Version, "event", f.rec.ID,
+			"type", f.rec.Type, "error", errorText(f.err))
+		if f.next == nil {
+			log.Error("event failed: its stream is parked in the dead-letter store; retry or discard it with `strata replay dlq`")
+			continue
+		}
+		r.retries[k] = *f.next
+		log.Warn("event failed: its stream is parked in the dead-letter store and retried in the background",
+			"attempt", 1, "of", r.cfg.Failures.Attempts, "retry_in", time.Until(*f.next).Round(time.Millisecond).String())
+	}
+}
+
+// parkPlan says which events of a batch go to the dead-letter store: all
+// events of streams parked before the batch, and, for streams the batch
+// parks, the failing event and every later one of its stream.
+type parkPlan struct {
+	existing map[streamKey]parkedHere
+	fresh    map[streamKey]*freshPark
+}
+
+// freshPark is a stream parked by this batch at rec, which failed with err.
+type freshPark struct {
+	rec  event.Record
+	err  error
+	next *time.Time // first automatic retry (nil: none)
+}
+
+// parks reports whether ev goes to the dead-letter store, and whether it
+// is the failing event of a stream the batch parks.
+func (p *parkPlan) parks(ev event.Record) (parked, head bool) {
+	k := streamKey{ev.Tenant, ev.Stream}
+	if _, ok := p.existing[k]; ok {
+		return true, false
+	}
+	if f, ok := p.fresh[k]; ok && f.rec.Version <= ev.Version {
+		return true, f.rec.Version == ev.Version
+	}
+	return false, false
+}
+
+// park parks ev's stream from ev on; false if it is parked already.
+func (p *parkPlan) park(ev event.Record, err error, policy FailurePolicy) bool {
+	if parked, _ := p.parks(ev); parked {
+		return false
+	}
+	f := &freshPark{rec: ev, err: err}
+	if policy.Attempts > 1 {
+		t := time.Now().Add(policy.Delay(1))
+		f.next = &t
+	}
+	p.fresh[streamKey{ev.Tenant, ev.Stream}] = f
+	return true
+}
+
+// planParks finds which of the batch's streams are parked (one round trip
+// of lookups, only when the projection has parked streams at all) and parks
+// the streams of events that could not be decoded. It returns nil without
+// DeadLetters.
+func (r *Runner) planParks(ctx context.Context, conn *pgx.Conn, items []item) (*parkPlan, error) {
+	if !r.cfg.DeadLetters {
+		return nil, nil
+	}
+	plan := &parkPlan{existing: map[streamKey]parkedHere{}, fresh: map[streamKey]*freshPark{}}
+	if r.parkedStreams > 0 && len(items) > 0 {
+		streams := map[string][]string{}
+		seen := map[streamKey]bool{}
+		var tenants []string
+		for _, it := range items {
+			k := streamKey{it.ev.Tenant, it.ev.Stream}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if _, ok := streams[k.tenant]; !ok {
+				tenants = append(tenants, k.tenant)
+			}
+			streams[k.tenant] = append(streams[k.tenant], k.stream)
+		}
+		b := &pgx.Batch{}
+		for _, t := range tenants {
+			b.Queue(db.SetTenantSQL, t)
+			b.Queue(lookupParkedSQL, t, r.proj.Name(), r.generation, streams[t]).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var stream string
+					var p parkedHere
+					var next *time.Time
+					if err := rows.Scan(&stream, &p.head, &next); err != nil {
+						return err
+					}
+					if next != nil {
+						p.next = *next
+					}
+					plan.existing[streamKey{t, stream}] = p
+				}
+				return rows.Err()
+			})
+		}
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("projection %s: look up parked streams: %w", r.proj.Name(), err)
+		}
+	}
+	for _, it := range items {
+		if it.err != nil {
+			plan.park(it.ev.Record, it.err, r.cfg.Failures)
+		}
+	}
+	return plan, nil
+}
+
 // item is an event the projection handles, decoded, with its index in the
-// batch as read from the log.
+// batch as read from the log. err is set when it could not be decoded
+// (only with DeadLetters: it is then parked).
 type item struct {
 	idx int
 	ev  Event
+	err error
 }
 
 // prepare decodes the events the projection handles and groups them by
@@ -560,7 +1008,7 @@ type item struct {
 func (r *Runner) prepare(recs []event.Record, decoded *sharedBatch) ([]item, error) {
 	items := make([]item, 0, len(recs))
 	for i, rec := range recs {
-		if !r.handles[rec.Type] {
+		if !r.handles[rec.Type] || r.cfg.Filter != nil && !r.cfg.Filter(rec) {
 			continue
 		}
 		var payload event.Payload
@@ -571,7 +1019,11 @@ func (r *Runner) prepare(recs []event.Record, decoded *sharedBatch) ([]item, err
 			payload, err = r.cfg.Registry.DecodeRecord(rec)
 		}
 		if err != nil {
-			return nil, r.eventError(i, rec, err)
+			if !r.cfg.DeadLetters {
+				return nil, r.eventError(i, rec, err)
+			}
+			items = append(items, item{idx: i, ev: Event{Record: rec}, err: fmt.Errorf("decode: %w", err)})
+			continue
 		}
 		items = append(items, item{idx: i, ev: Event{Record: rec, Payload: payload}})
 	}
@@ -606,22 +1058,62 @@ func (e *setBasedError) Unwrap() error { return e.err }
 
 // Owners of queued statements other than an event index.
 const (
-	ownerRunner = -1 // BEGIN, the checkpoint, set_config
+	ownerRunner = -1 // BEGIN, the checkpoint, set_config, dead letters
 	ownerGroup  = -2 // a set-based statement of a tenant's events
 )
 
+// commitCheckpointFirst is nil in every real build. Only the chaos_broken
+// build tag (chaos_broken.go, for `make chaos-broken`) sets it, to commit
+// the checkpoint move in a transaction of its own before the batch's
+// writes: the defect the fault harness must be able to catch.
+var commitCheckpointFirst func(ctx context.Context, conn *pgx.Conn, name string, from, next event.Position) error
+
+// applied is what a committed batch reports.
+type applied struct {
+	parkedStreams int64 // the checkpoint row's count after the batch
+	pause         bool  // a tool holds the projection's pause lock
+	letters       int   // events sent to the dead-letter store
+}
+
 // apply sends the batch in one pipelined round trip: BEGIN, the checkpoint
-// move, then per tenant its set_config and the statements of its events
-// (set-based, or event by event), and commits in a second round trip.
-func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record, items []item, next event.Position, bp BatchProjection, setBased bool) error {
+// move, then per tenant its set_config, the statements of its events
+// (set-based, or event by event) and the dead letters of the events plan
+// parks, and commits in a second round trip.
+func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record, items []item, next event.Position, bp BatchProjection, setBased bool, plan *parkPlan) (applied, error) {
+	var res applied
+	from := r.checkpoint
+	if commitCheckpointFirst != nil { // only in the deliberately broken chaos_broken build
+		if err := commitCheckpointFirst(ctx, conn, r.key, from, next); err != nil {
+			return res, err
+		}
+		from = next
+	}
+	// Which events are parked, decided before anything is queued: the
+	// checkpoint's counters go first.
+	parked := make([]bool, len(items))
+	heads := 0
+	if plan != nil {
+		for i, it := range items {
+			p, head := plan.parks(it.ev.Record)
+			parked[i] = p
+			if p {
+				res.letters++
+			}
+			if head {
+				heads++
+			}
+		}
+	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(advanceSQL, r.proj.Name(), u64(next.Major), u64(next.Minor), u64(r.checkpoint.Major), u64(r.checkpoint.Minor)).
-		Exec(func(ct pgconn.CommandTag) error {
-			if ct.RowsAffected() != 1 {
+	b.Queue(advanceSQL, r.key, u64(next.Major), u64(next.Minor), u64(from.Major), u64(from.Minor), int64(heads), int64(res.letters),
+		pauseClass, leaseKey(r.key)).
+		QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&res.parkedStreams, &res.pause)
+			if errors.Is(err, pgx.ErrNoRows) {
 				return errCheckpointMoved
 			}
-			return nil
+			return err
 		})
 	owner := []int{ownerRunner, ownerRunner} // queued statement -> its event's index in recs, or an owner constant
 	for lo := 0; lo < len(items); {
@@ -633,26 +1125,60 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 		owner = append(owner, ownerRunner)
 		if setBased {
 			evs := make([]Event, 0, hi-lo)
-			for _, it := range items[lo:hi] {
-				evs = append(evs, it.ev)
+			for i, it := range items[lo:hi] {
+				if !parked[lo+i] {
+					evs = append(evs, it.ev)
+				}
 			}
-			n := b.Len()
-			if err := bp.ApplyBatch(b, evs); err != nil {
-				return &setBasedError{err}
-			}
-			for range b.Len() - n {
-				owner = append(owner, ownerGroup)
+			if len(evs) > 0 {
+				n := b.Len()
+				if err := bp.ApplyBatch(b, evs); err != nil {
+					return res, &setBasedError{err}
+				}
+				for range b.Len() - n {
+					owner = append(owner, ownerGroup)
+				}
 			}
 		} else {
-			for _, it := range items[lo:hi] {
+			for i, it := range items[lo:hi] {
+				if parked[lo+i] {
+					continue
+				}
 				n := b.Len()
 				if err := r.proj.Apply(b, it.ev); err != nil {
-					return r.eventError(it.idx, it.ev.Record, err)
+					return res, r.eventError(it.idx, it.ev.Record, err)
 				}
 				for range b.Len() - n {
 					owner = append(owner, it.idx)
 				}
 			}
+		}
+		for i, it := range items[lo:hi] {
+			if !parked[lo+i] {
+				continue
+			}
+			_, head := plan.parks(it.ev.Record)
+			k := streamKey{it.ev.Tenant, it.ev.Stream}
+			var args []any
+			var err error
+			if head {
+				f := plan.fresh[k]
+				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, errorText(f.err)); err != nil {
+					return res, err
+				}
+				b.Queue(parkHeadSQL, append(args, f.next)...)
+			} else {
+				headVersion := plan.existing[k].head
+				if f, ok := plan.fresh[k]; ok {
+					headVersion = f.rec.Version
+				}
+				why := fmt.Sprintf("parked behind version %d of its stream, which this projection could not apply", headVersion)
+				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, why); err != nil {
+					return res, err
+				}
+				b.Queue(parkBehindSQL, args...)
+			}
+			owner = append(owner, ownerRunner)
 		}
 		lo = hi
 	}
@@ -678,22 +1204,22 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			br.Close()
 			switch o := owner[k]; {
 			case o >= 0:
-				return r.eventError(o, recs[o], err)
+				return res, r.eventError(o, recs[o], err)
 			case o == ownerGroup:
-				return &setBasedError{err}
+				return res, &setBasedError{err}
 			}
-			return fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
+			return res, fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
 		}
 	}
 	if err := br.Close(); err != nil {
-		return fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
+		return res, fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
 	}
 	failpoint.Hit(FailpointBeforeCommit)
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("projection %s: commit batch: %w", r.proj.Name(), err)
+		return res, fmt.Errorf("projection %s: commit batch: %w", r.proj.Name(), err)
 	}
 	committed = true
-	return nil
+	return res, nil
 }
 
 func (r *Runner) eventError(i int, rec event.Record, err error) error {
@@ -708,7 +1234,14 @@ func (r *Runner) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	return c.Hijack(), nil
+	conn := c.Hijack()
+	if r.cfg.AsyncCommit {
+		if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+			closeConn(conn)
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+	}
+	return conn, nil
 }
 
 func closeConn(conn *pgx.Conn) {

@@ -152,6 +152,7 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 1, order.Created{OrderID: "h1", CustomerID: "c-1", Currency: "EUR", At: at})
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 2, order.LineAdded{OrderID: "h1", ProductID: "p-1", Quantity: 1,
 				UnitPrice: order.Money{Amount: 100, Currency: "EUR"}, At: at})
+			waitVisible(ctx, t, store, d.AdminURL)
 			beforeHole := lastPosition(ctx, t, store)
 			if tc.warmFirst {
 				// A first runner applies versions 1 and 2 and goes away.
@@ -165,6 +166,10 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			}
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 4, order.Placed{OrderID: "h1", Total: order.Money{Amount: 100, Currency: "EUR"}, At: at})
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h2", 1, order.Created{OrderID: "h2", CustomerID: "c-1", Currency: "EUR", At: at})
+			// All four in the runner's first read: a transaction open
+			// elsewhere in the shared cluster may hide the newest for a
+			// moment (decision 1).
+			waitVisible(ctx, t, store, d.AdminURL)
 
 			var logs logBuffer
 			r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{BatchSize: tc.batch,
@@ -402,4 +407,32 @@ func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 	if cp := checkpointOf(ctx, t, d.AdminURL, OrderListName); cp.Position != pos {
 		t.Errorf("checkpoint %s, want %s: nothing of the failed batch may commit", cp.Position, pos)
 	}
+}
+
+// waitVisible waits until every event written so far is visible to
+// readers of the log (no transaction open anywhere in the cluster holds
+// the horizon below the newest).
+func waitVisible(ctx context.Context, t testing.TB, store interface {
+	Head(context.Context) (event.Position, error)
+}, adminURL string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var tx string
+	var pos int64
+	if err := conn.QueryRow(ctx, `SELECT tx_id::text AS tx_text, position FROM strata.events ORDER BY events.tx_id DESC, events.position DESC LIMIT 1`).Scan(&tx, &pos); err != nil {
+		t.Fatal(err)
+	}
+	var last event.Position
+	if _, err := fmt.Sscan(tx, &last.Major); err != nil {
+		t.Fatal(err)
+	}
+	last.Minor = uint64(pos)
+	waitFor(t, 20*time.Second, "the newest event to be visible", func() bool {
+		h, err := store.Head(ctx)
+		return err == nil && !h.Less(last)
+	})
 }

@@ -32,6 +32,7 @@ const usage = `strata — an event-sourced CQRS service
 Usage:
   strata serve   [--addr :8080] [--roles command,query,projector]   run the APIs and projectors
   strata migrate up|status|down [--steps N]                         manage the database schema
+  strata replay  status|rebuild|dlq ...                             projections' status, rebuilds, dead letters (replay help)
   strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token
   strata bench   [--quick] [--out FILE] [--workloads a,b]          measure hot paths against raw PostgreSQL
   strata version                                                    print the version
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdServe(ctx, args[1:], env, stdout, stderr)
 	case "migrate":
 		return cmdMigrate(ctx, args[1:], env, stdout, stderr)
+	case "replay":
+		return cmdReplay(ctx, args[1:], env, stdout, stderr)
 	case "token":
 		return cmdToken(args[1:], env, stdout, stderr)
 	case "bench":

@@ -279,7 +279,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	for _, w := range []struct {
 		role string
 		wire func(*app) error
-	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleProjector, wireProjector}, {roleProjector, wireRelay}} {
+	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireRelay}} {
 		if roles[w.role] {
 			if err := w.wire(a); err != nil {
 				return fmt.Errorf("start %s role: %w", w.role, err)

@@ -79,6 +79,10 @@ func wireProjector(a *app) error {
 	if err != nil {
 		return err
 	}
+	policy, err := failurePolicy(a.env)
+	if err != nil {
+		return err
+	}
 	rs := readSideOf(a)
 	wake := projections.NewSignal()
 	a.workers = append(a.workers,
@@ -102,6 +106,8 @@ func wireProjector(a *app) error {
 			Progress:     rs.progress,
 			Shared:       shared,
 			Logger:       a.logger,
+			DeadLetters:  true, // decision 5: a poison event parks its stream (docs/replay.md)
+			Failures:     policy,
 		})
 		if err != nil {
 			return err

@@ -1,0 +1,135 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/strata-es/strata/domain/event"
+)
+
+// PlannedRate is the rebuild speed a plan's estimate assumes: events of the
+// log per second for all projections together, as measured on a 2-core
+// machine (docs/replay.md). Real speed depends on the machine and load.
+const PlannedRate = 30000
+
+// Plan is what a rebuild would do (`rebuild --dry-run`).
+type Plan struct {
+	// Head is the log's head now.
+	Head        event.Position
+	Projections []Planned
+	// Estimate is the expected duration at PlannedRate.
+	Estimate time.Duration
+}
+
+// Planned is what a rebuild would do to one projection.
+type Planned struct {
+	Name  string
+	Scope string // all, tenant or from
+	// Tables lists the live tables and the shadow table each would be
+	// rebuilt into (none for --from, which works in place).
+	Tables []TablePlan
+	// Resume reports that an interrupted rebuild of the same scope exists
+	// and would be continued from ShadowCheckpoint.
+	Resume           bool
+	ShadowCheckpoint event.Position
+	// Conflict explains why the rebuild would be refused (an interrupted
+	// rebuild of another scope).
+	Conflict string
+	// Events counts the log events the build would read; TenantEvents
+	// (with a tenant) those of the tenant among them.
+	Events       int64
+	TenantEvents int64
+	// Streams counts the streams --from would re-derive.
+	Streams int64
+	// LiveCheckpoint is the live projection's checkpoint now.
+	LiveCheckpoint event.Position
+}
+
+// TablePlan names a live table and its shadow.
+type TablePlan struct{ Live, Shadow string }
+
+// Plan reports what Rebuild would do with o, changing nothing.
+func (s *Service) Plan(ctx context.Context, o RebuildOptions) (Plan, error) {
+	ps, err := s.check(o)
+	if err != nil {
+		return Plan{}, err
+	}
+	head, err := s.cfg.Log.Head(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	out := Plan{Head: head}
+	keys := []string{}
+	for _, p := range ps {
+		keys = append(keys, p.Name(), p.Name()+rebuildSuffix)
+	}
+	cps, err := s.checkpoints(ctx, keys...)
+	if err != nil {
+		return Plan{}, err
+	}
+	var most int64
+	for _, p := range ps {
+		pl := Planned{Name: p.Name(), Scope: o.scope(), LiveCheckpoint: cps[p.Name()].Position}
+		if o.From != nil {
+			touched, err := s.touchedStreams(ctx, *o.From, pl.LiveCheckpoint, o.Tenant, p.EventTypes())
+			if err != nil {
+				return Plan{}, err
+			}
+			for tenant, streams := range touched {
+				pl.Streams += int64(len(streams))
+				n, err := s.countStreamEvents(ctx, tenant, streams, pl.LiveCheckpoint)
+				if err != nil {
+					return Plan{}, err
+				}
+				pl.Events += n
+			}
+			out.Projections = append(out.Projections, pl)
+			most = max(most, pl.Events)
+			continue
+		}
+		for _, t := range p.Tables() {
+			pl.Tables = append(pl.Tables, TablePlan{Live: t, Shadow: t + rebuildSuffix})
+		}
+		start := event.Position{}
+		if cp, ok := cps[p.Name()+rebuildSuffix]; ok {
+			m, err := parseMeta(cp.Rebuild)
+			if err != nil {
+				return Plan{}, err
+			}
+			wantHash := ""
+			if o.Tenant != "" {
+				wantHash = tenantHash(o.Tenant)
+			}
+			if m != nil && m.Scope == o.scope() && m.TenantSHA256 == wantHash {
+				pl.Resume, pl.ShadowCheckpoint, start = true, cp.Position, cp.Position
+			} else {
+				pl.Conflict = fmt.Sprintf("an interrupted rebuild of %s with other flags exists: finish it with its own flags or drop it with --abort", p.Name())
+			}
+		}
+		if pl.Events, _, err = s.cfg.Log.Lag(ctx, start); err != nil {
+			return Plan{}, err
+		}
+		if o.Tenant != "" {
+			if err := s.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND (tx_id, position) > ($2::text::xid8, $3::bigint)`,
+				o.Tenant, strconv.FormatUint(start.Major, 10), int64(start.Minor)).Scan(&pl.TenantEvents); err != nil {
+				return Plan{}, fmt.Errorf("count the tenant's events: %w", err)
+			}
+		}
+		most = max(most, pl.Events)
+		out.Projections = append(out.Projections, pl)
+	}
+	out.Estimate = time.Duration(float64(most) / PlannedRate * float64(time.Second))
+	return out, nil
+}
+
+func (s *Service) countStreamEvents(ctx context.Context, tenant string, streams []string, until event.Position) (int64, error) {
+	var n int64
+	err := s.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND stream_id = ANY($2::text[])
+AND (tx_id, position) <= ($3::text::xid8, $4::bigint)`, tenant, streams, strconv.FormatUint(until.Major, 10), int64(until.Minor)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count events of touched streams: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,198 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/projections"
+)
+
+// Errors every operation may return, wrapped with what happened and what
+// to do next. The CLI turns them into exit codes (docs/replay.md).
+var (
+	// ErrInvalid: the request cannot be carried out as asked (an unknown
+	// projection, a tenant that is no tenant ID, --from for a projection
+	// that aggregates several streams, conflicting flags).
+	ErrInvalid = errors.New("invalid request")
+	// ErrNotFound: what was asked for does not exist (a dead letter).
+	ErrNotFound = errors.New("not found")
+	// ErrNothingToDo: the operation found nothing to change (no parked
+	// stream to retry, a letter already retried or discarded).
+	ErrNothingToDo = errors.New("nothing to do")
+	// ErrBusy: another operation holds the projection, or its runner did
+	// not yield in time. Retry later.
+	ErrBusy = errors.New("busy")
+)
+
+// Log is what the tooling needs of the event log: reading it (a rebuild),
+// locating stream versions (the contiguity check) and its head and lag
+// (*postgres.Store and *esdb.Store implement it).
+type Log interface {
+	eventstore.Log
+	eventstore.VersionLocator
+	Lag(ctx context.Context, after event.Position) (events int64, oldest time.Time, err error)
+}
+
+// Config configures a Service.
+type Config struct {
+	// Pool runs as db.RoleProjector. Its login role must be a member of
+	// db.RoleOwner to rebuild (shadow tables are created and swapped as
+	// the owner).
+	Pool *pgxpool.Pool
+	// App, when set, runs as db.RoleApp: a tenant's status counts only
+	// that tenant's events through it (row-level security).
+	App *pgxpool.Pool
+	// Log is the event log.
+	Log Log
+	// Projections are the projections the tooling knows (default
+	// projections.All()). A rebuild needs projections.Retargetable.
+	Projections []projections.Projection
+	// Registry decodes payloads (default order.Registry).
+	Registry *event.Registry
+	// Runner tunes the runners of rebuilds (BatchSize defaults to 5000 for
+	// them: larger batches fold more of an order's events into one row
+	// change; DeadLetters is always on; Failures applies). Checkpoint,
+	// Filter, OnBatch, Wake, Shared and Progress are set by the rebuild.
+	Runner projections.RunnerConfig
+	// YieldTimeout bounds the wait for a projection's runner to yield its
+	// lease (default 30s).
+	YieldTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs the operations.
+type Service struct {
+	cfg    Config
+	byName map[string]projections.Projection
+}
+
+// New returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Pool == nil || cfg.Log == nil {
+		return nil, errors.New("replay: a projector pool and an event log are required")
+	}
+	if cfg.Projections == nil {
+		cfg.Projections = projections.All()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = order.Registry
+	}
+	if cfg.Runner.BatchSize == 0 {
+		cfg.Runner.BatchSize = 5000
+	}
+	if cfg.YieldTimeout <= 0 {
+		cfg.YieldTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Service{cfg: cfg, byName: map[string]projections.Projection{}}
+	for _, p := range cfg.Projections {
+		if len(p.Name()) > 63-len(rebuildSuffix) {
+			return nil, fmt.Errorf("replay: projection name %q is too long to rebuild (at most %d characters)", p.Name(), 63-len(rebuildSuffix))
+		}
+		s.byName[p.Name()] = p
+	}
+	return s, nil
+}
+
+// Names returns the names of the projections the service knows, in order.
+func (s *Service) Names() []string { return projections.Names(s.cfg.Projections) }
+
+// projection resolves a name.
+func (s *Service) projection(name string) (projections.Projection, error) {
+	p, ok := s.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown projection %q: want one of %s", ErrInvalid, name, strings.Join(s.Names(), ", "))
+	}
+	return p, nil
+}
+
+// resolve returns the named projections (all when names is empty).
+func (s *Service) resolve(names []string) ([]projections.Projection, error) {
+	if len(names) == 0 {
+		return s.cfg.Projections, nil
+	}
+	var out []projections.Projection
+	for _, n := range names {
+		p, err := s.projection(n)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// checkTenant validates a tenant ID from the operator.
+func checkTenant(tenant string) error {
+	if _, err := domain.ParseTenantID(tenant); err != nil {
+		return fmt.Errorf("%w: tenant %q is not a tenant ID ([a-z0-9-]{1,63})", ErrInvalid, tenant)
+	}
+	return nil
+}
+
+// tenants returns the tenants to look at: the one given, or every tenant
+// of the log.
+func (s *Service) tenants(ctx context.Context, tenant string) ([]string, error) {
+	if tenant != "" {
+		if err := checkTenant(tenant); err != nil {
+			return nil, err
+		}
+		return []string{tenant}, nil
+	}
+	return projections.Tenants(ctx, s.cfg.Pool)
+}
+
+// exclusive takes a projection's lease for a tool, translating the errors.
+func (s *Service) exclusive(ctx context.Context, key string) (*projections.Exclusive, error) {
+	x, err := projections.AcquireExclusive(ctx, s.cfg.Pool, key, s.cfg.YieldTimeout)
+	switch {
+	case errors.Is(err, projections.ErrBusy):
+		return nil, fmt.Errorf("%w: another replay operation is working on %s (a rebuild swapping, a retry or a discard): retry when it is done", ErrBusy, key)
+	case errors.Is(err, projections.ErrNoYield):
+		return nil, fmt.Errorf("%w: the runner of %s did not yield its lease within %s (a very long batch, or a strata version older than this tool): retry, or stop that runner", ErrBusy, key, s.cfg.YieldTimeout)
+	case err != nil:
+		return nil, fmt.Errorf("take the lease of %s: %w", key, err)
+	}
+	return x, nil
+}
+
+// checkpoints reads checkpoint rows through the projector pool.
+func (s *Service) checkpoints(ctx context.Context, names ...string) (map[string]projections.Checkpoint, error) {
+	return projections.ReadCheckpoints(ctx, s.cfg.Pool, names...)
+}
+
+// ownerTx runs fn in a transaction as db.RoleOwner (DDL on shadow tables).
+func (s *Service) ownerTx(ctx context.Context, conn interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, fn func(pgx.Tx) error) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE strata_owner"); err != nil {
+		s.cfg.Logger.Warn("cannot switch to the owner role", "error", err.Error())
+		return fmt.Errorf("%w: rebuilding creates and swaps tables as strata_owner, and the login role of DATABASE_URL is not a member of it: use the role that runs `strata migrate up`", ErrInvalid)
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

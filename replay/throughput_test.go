@@ -1,0 +1,162 @@
+package replay_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-es/strata/internal/testdb"
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/replay"
+)
+
+var (
+	rebuildEvents = flag.Int("rebuild.events", 4000, "TestRebuildThroughput: events to seed (1000000 for the published figure)")
+	rebuildBatch  = flag.Int("rebuild.batch", 5000, "TestRebuildThroughput: events per rebuild transaction")
+	rebuildOnly   = flag.String("rebuild.only", "", "TestRebuildThroughput: rebuild only this projection")
+)
+
+// TestRebuildThroughput measures `rebuild --all` over a seeded log on a
+// private cluster: events of the log per second, from the start of the
+// rebuild to the last swap (all four projections built concurrently into
+// shadow tables, deferred indexes built, swapped), and the CPU it took.
+// The published figure comes from
+//
+//	go test ./replay -run TestRebuildThroughput -rebuild.events=1000000 -v -timeout 30m
+//
+// For small logs it also checks the result against a fresh rebuild.
+func TestRebuildThroughput(t *testing.T) {
+	ctx := testCtx(t, 30*time.Minute)
+	priv := testdb.NewPrivate(t, map[string]string{"shared_buffers": "512MB", "max_wal_size": "4GB"})
+	d := priv.DB
+	tenants := []string{"t-alpha", "t-bravo", "t-charlie", "t-delta", "t-echo", "t-foxtrot", "t-golf", "t-hotel"}
+	began := time.Now()
+	hs := genHistories(2026, tenants, *rebuildEvents/4+1, time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	n := 0
+	for i := range hs {
+		if n+len(hs[i].events) >= *rebuildEvents {
+			hs[i].events = hs[i].events[:max(*rebuildEvents-n, 1)]
+			hs = hs[:i+1]
+			n += len(hs[i].events)
+			break
+		}
+		n += len(hs[i].events)
+	}
+	seedSQL(ctx, t, d.AdminURL, hs)
+	adminExec(ctx, t, d.AdminURL, "VACUUM ANALYZE strata.events")
+	t.Logf("seeded %d events (%d orders, %d tenants) in %s", n, len(hs), len(tenants), time.Since(began).Round(time.Millisecond))
+
+	b := newBundle(t, d)
+	svc, err := replay.New(replay.Config{Pool: d.Projector, Log: b.store, Logger: quiet(), Runner: projections.RunnerConfig{BatchSize: *rebuildBatch}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := replay.RebuildOptions{Actor: "bench"}
+	if *rebuildOnly != "" {
+		o.Projections = []string{*rebuildOnly}
+	}
+	var last replay.Progress
+	phases := map[replay.Phase]time.Time{}
+	start := time.Now()
+	o.Progress = func(p replay.Progress) {
+		last = p
+		if p.Projection != "" || p.Phase == replay.PhaseDone {
+			if _, ok := phases[p.Phase]; !ok {
+				phases[p.Phase] = time.Now()
+			}
+		}
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(400)) // as `strata replay rebuild` does
+	cpuPG0, cpuGo0 := clusterCPU(t, priv.Server.DataDir()), processCPU()
+	res, err := svc.Rebuild(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuPG, cpuGo := clusterCPU(t, priv.Server.DataDir())-cpuPG0, processCPU()-cpuGo0
+	for _, p := range res.Projections {
+		t.Logf("  %-17s %8s  %8.0f events/s", p.Name, p.Elapsed.Round(time.Millisecond), float64(p.Events)/p.Elapsed.Seconds())
+	}
+	t.Logf("rebuild of %d projections, batch %d: %d events in %s = %.0f events/s (last progress: %s %d/%d)", len(res.Projections), *rebuildBatch,
+		res.Events, res.Elapsed.Round(time.Millisecond), res.Rate(), last.Phase, last.Done, last.Total)
+	var marks []string
+	for _, ph := range []replay.Phase{replay.PhaseIndexes, replay.PhaseSwap, replay.PhaseDone} {
+		if at, ok := phases[ph]; ok {
+			marks = append(marks, fmt.Sprintf("%s from %s", ph, at.Sub(start).Round(time.Millisecond)))
+		}
+	}
+	t.Logf("phases (first projection to enter each): build from 0s, %s", strings.Join(marks, ", "))
+	perEvent := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	t.Logf("CPU: PostgreSQL %s (%.1f us/event), strata %s (%.1f us/event); on %d otherwise idle cores that is at most %.0f events/s",
+		cpuPG.Round(time.Millisecond), perEvent(cpuPG), cpuGo.Round(time.Millisecond), perEvent(cpuGo),
+		runtime.NumCPU(), float64(runtime.NumCPU())*1e6/(perEvent(cpuPG)+perEvent(cpuGo)))
+	if res.Events < int64(n) {
+		t.Errorf("the rebuild read %d events, the log holds %d", res.Events, n)
+	}
+	if n <= 20000 && *rebuildOnly == "" {
+		head := lastPosition(ctx, t, b)
+		want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, b, head, projections.All()...))
+		if got := dumpTables(ctx, t, d.AdminURL, liveTables(projections.All()...)); got != want {
+			t.Fatalf("rebuilt rows differ from a fresh rebuild:\n%s", diffLines(want, got))
+		}
+	}
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clusterCPU is the CPU time used so far by a PostgreSQL cluster (its
+// postmaster with the backends it reaped, and its live children), from
+// /proc (Linux; 0 elsewhere).
+func clusterCPU(t *testing.T, dataDir string) time.Duration {
+	raw, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		t.Logf("no CPU figures: %v", err)
+		return 0
+	}
+	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil {
+		return 0
+	}
+	const ticks = 100 // USER_HZ
+	stat := func(pid int) []string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		s := string(b)
+		return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	}
+	num := func(f []string, field int) int64 {
+		v, _ := strconv.ParseInt(f[field-3], 10, 64)
+		return v
+	}
+	var total int64
+	if f := stat(postmaster); f != nil {
+		total += num(f, 14) + num(f, 15) + num(f, 16) + num(f, 17)
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		if f := stat(pid); f != nil && num(f, 4) == int64(postmaster) {
+			total += num(f, 14) + num(f, 15)
+		}
+	}
+	return time.Duration(total) * time.Second / ticks
+}
