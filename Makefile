@@ -74,3 +74,19 @@ db/reset: ## stop the embedded PostgreSQL of make run and delete its data (./.st
 .PHONY: clean
 clean: ## remove build output
 	rm -rf bin
+
+CHAOS_FLAGS ?=
+
+.PHONY: chaos
+chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 against bin/strata, result table, non-zero exit on a failure (~3 min)
+	$(GO) build -o bin/chaos ./cmd/chaos
+	./bin/chaos --strata $(BIN) $(CHAOS_FLAGS)
+
+.PHONY: chaos-broken
+chaos-broken: ## R1 against a deliberately broken strata (build tag chaos_broken); succeeds only if the checker catches it
+	$(GO) build -tags chaos_broken -o bin/strata-broken ./cmd/strata
+	$(GO) build -o bin/chaos ./cmd/chaos
+	@./bin/chaos --strata bin/strata-broken --scenarios R1 --discard $(CHAOS_FLAGS); rc=$$?; \
+	if [ $$rc -eq 1 ]; then echo "chaos-broken: OK, the checker caught the broken build (exit 1 expected)"; \
+	elif [ $$rc -eq 0 ]; then echo "chaos-broken: the checker PASSED a broken build"; exit 1; \
+	else echo "chaos-broken: the harness itself failed (exit $$rc)"; exit $$rc; fi
