@@ -810,6 +810,15 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	if len(recs) == 0 {
 		return 0, nil
 	}
+	ctx, span := startBatchSpan(ctx, r.key, recs)
+	n, err := r.applyRead(ctx, conn, recs, decoded, began)
+	endBatchSpan(span, err)
+	return n, err
+}
+
+// applyRead applies a batch read by step: contiguity, decoding, parking,
+// the transaction, and the bookkeeping after it commits.
+func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Record, decoded *sharedBatch, began time.Time) (int, error) {
 	last, err := checkContiguous(ctx, r.locator, r.streams, recs)
 	if err != nil {
 		return 0, fmt.Errorf("projection %s: %w", r.proj.Name(), err)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
@@ -112,6 +113,9 @@ func cmdServe(ctx context.Context, args []string, e env, stdout, stderr io.Write
 	return exitOK
 }
 
+// testSpanExporter, set by tests only, receives serve's spans.
+var testSpanExporter sdktrace.SpanExporter
+
 // app is what the roles of one serve process share. Each role's wiring
 // (wireCommand, wireQuery, wireProjector) adds its routes, background loops
 // and readiness checks to it.
@@ -178,6 +182,9 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	shutdownTracing, tracing, err := telemetry.SetupTracing(ctx, e.get, "strata", stdout)
 	if err != nil {
 		return err
+	}
+	if testSpanExporter != nil {
+		shutdownTracing, tracing = telemetry.Install(testSpanExporter, "strata"), true
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -450,6 +457,9 @@ func newRateLimiter(e env, m *telemetry.Metrics) (*httpapi.RateLimiter, error) {
 	cfg := httpapi.RateLimitConfig{RejectFunc: func(_ *http.Request, class httpapi.RateClass) {
 		m.RateLimited.WithLabelValues(string(class)).Inc()
 	}}
+	for _, class := range []httpapi.RateClass{httpapi.RateCommands, httpapi.RateQueries} {
+		m.RateLimited.WithLabelValues(string(class)) // exported from zero, not from the first rejection
+	}
 	var err error
 	if v := e.str("STRATA_RATE_COMMANDS", ""); v != "" {
 		if cfg.Commands, err = httpapi.ParseRate(v); err != nil {

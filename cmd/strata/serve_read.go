@@ -108,6 +108,10 @@ func wireProjector(a *app) error {
 			Logger:       a.logger,
 			DeadLetters:  true, // decision 5: a poison event parks its stream (docs/replay.md)
 			Failures:     policy,
+			OnBatch: func(b projections.BatchInfo) {
+				a.metrics.ProjectionBatches.WithLabelValues(p.Name()).Inc()
+				a.metrics.ProjectionEvents.WithLabelValues(p.Name()).Add(float64(b.Events))
+			},
 		})
 		if err != nil {
 			return err
