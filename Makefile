@@ -55,7 +55,7 @@ test/race: ## the tests under the race detector
 
 .PHONY: bench
 bench: build ## measure every hot path against raw PostgreSQL in the same run (~15 min); writes bench-results/
-	./$(BIN) bench --out bench-results/bench.json
+	./$(BIN) bench --out bench-results/bench.json --docs docs/bench
 
 .PHONY: bench-quick
 bench-quick: build ## a one-minute smoke run of the benchmarks

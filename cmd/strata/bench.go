@@ -16,6 +16,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "a one-minute smoke run of every workload")
 	out := fs.String("out", "bench-results/bench.json", "JSON results file")
+	docs := fs.String("docs", "", "also write DIR/latest.md (the table) and DIR/latency.png (the plot)")
 	only := fs.String("workloads", "", "comma-separated subset of: "+strings.Join(bench.Names(), ","))
 	runs := fs.Int("runs", 0, "repetitions per variant (default 3, quick 1)")
 	dur := fs.Duration("duration", 0, "measured time per run (default 10s, quick 2s)")
@@ -59,6 +60,16 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				} else {
 					fmt.Fprintln(stdout, "results written to", *out)
 				}
+			}
+		}
+		if *docs != "" {
+			if werr := rep.WriteMarkdown(*docs + "/latest.md"); werr != nil {
+				fmt.Fprintln(stderr, "strata bench: write table:", werr)
+			}
+			if werr := rep.WritePlot(*docs + "/latency.png"); werr != nil {
+				fmt.Fprintln(stderr, "strata bench: plot:", werr)
+			} else {
+				fmt.Fprintf(stdout, "table and plot written to %s/latest.md and %s/latency.png\n", *docs, *docs)
 			}
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/storetest"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )
@@ -84,8 +83,7 @@ func holdAppend(t *testing.T, d *testdb.DB, tenant, stream string) (commit, roll
 		sql  string
 		args []any
 	}{
-		{db.SetTenantSQL, []any{tenant}},
-		{lockSQL, []any{tenant + "/" + stream}},
+		{lockSQL, []any{tenant, tenant + "/" + stream}},
 		{appendSQL, []any{tenant, stream, int64(eventstore.Any), []string{storetest.NewID()}, []string{"held.event"}, []int32{1}, []string{`{}`}, []string{string(meta)}}},
 	} {
 		if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {

@@ -89,7 +89,7 @@ func benchAppend(ctx context.Context, e *Env) ([]Result, error) {
 				k := rng.IntN(len(p.streams))
 				_, err := raw.Exec(ctx, `INSERT INTO public.raw_events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
 					VALUES ($1, $2, $3, $4, 'order.line_added', 2, $5, $6)`,
-					fmt.Sprintf("tenant-%d", p.streams[k]%benchTenants), fmt.Sprintf("order-raw-%d-%d", i, p.streams[k]),
+					fmt.Sprintf("tenant-%d", p.streams[k]%benchTenants), fmt.Sprintf("order-raw-w%d-%d-%d", writers, i, p.streams[k]),
 					p.version[k]+1, uuid.NewString(), benchPayload, benchMetaJSON)
 				if err == nil {
 					p.version[k]++
@@ -103,7 +103,7 @@ func benchAppend(ctx context.Context, e *Env) ([]Result, error) {
 				k := rng.IntN(len(p.streams))
 				_, err := store.Append(ctx, eventstore.AppendRequest{
 					Tenant:   fmt.Sprintf("tenant-%d", p.streams[k]%benchTenants),
-					Stream:   fmt.Sprintf("order-%d-%d", i, p.streams[k]),
+					Stream:   fmt.Sprintf("order-w%d-%d-%d", writers, i, p.streams[k]),
 					Expected: eventstore.Exact(p.version[k]),
 					Events: []eventstore.NewEvent{{ID: uuid.NewString(), Type: "order.line_added", SchemaVersion: 2,
 						Data: []byte(benchPayload), Metadata: benchMeta}},

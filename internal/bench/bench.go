@@ -124,6 +124,7 @@ var workloads = []workload{
 	{"append", benchAppend},
 	{"http", benchHTTP},
 	{"catchup", benchCatchUp},
+	{"rebuild", benchRebuild},
 }
 
 // Names lists the workloads in run order.

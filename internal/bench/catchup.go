@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/ordergen"
 	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/replay"
 )
 
 // logDB is the database holding the seeded log for catch-up and rebuild.
@@ -201,4 +204,45 @@ func benchCatchUp(ctx context.Context, e *Env) ([]Result, error) {
 		RawLabel: "batched INSERT ... ON CONFLICT, 500 rows/tx, 4 writers", Ratio: ratioOf(s, r),
 		Target: ">= 30000 events/s", Met: met(s.Median.Throughput >= 30000),
 		Note: fmt.Sprintf("%d events; every event goes through all 4 projections, the baseline writes each row once", l.events)}}, nil
+}
+
+// benchRebuild runs `replay rebuild --all` (the library the CLI calls) over
+// the seeded log: shadow tables built from the first event, caught up and
+// swapped in.
+func benchRebuild(ctx context.Context, e *Env) ([]Result, error) {
+	l, err := e.seedLog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	proj, err := db.OpenPool(ctx, l.url, db.PoolConfig{Role: db.RoleProjector, MaxConns: 16})
+	if err != nil {
+		return nil, err
+	}
+	defer proj.Close()
+	svc, err := replay.New(replay.Config{Pool: proj, Log: postgres.New(nil, proj), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(400)) // as `strata replay rebuild` does
+	var strataRuns, rawRuns []Run
+	for i := 0; i < e.cfg.Runs; i++ {
+		d, err := upsertBaseline(ctx, l.url, l.events, 4)
+		if err != nil {
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+		rawRuns = append(rawRuns, Run{Ops: int64(l.events), Seconds: d.Seconds(), Throughput: float64(l.events) / d.Seconds()})
+		res, err := svc.Rebuild(ctx, replay.RebuildOptions{Actor: "bench"})
+		if err != nil {
+			return nil, err
+		}
+		strataRuns = append(strataRuns, Run{Ops: res.Events, Seconds: res.Elapsed.Seconds(), Throughput: res.Rate()})
+		e.logf("rebuild raw    run %d: %.0f rows/s", i+1, rawRuns[i].Throughput)
+		e.logf("rebuild strata run %d: %.0f events/s (%d events through %d projections, shadow tables swapped in)", i+1,
+			strataRuns[i].Throughput, res.Events, len(res.Projections))
+	}
+	s, r := summarize(strataRuns), summarize(rawRuns)
+	return []Result{{Workload: "rebuild --all", Concurrency: 4, Unit: "events/s", Strata: s, Raw: &r,
+		RawLabel: "batched INSERT ... ON CONFLICT, 500 rows/tx, 4 writers", Ratio: ratioOf(s, r),
+		Target: ">= 40000 events/s", Met: met(s.Median.Throughput >= 40000),
+		Note: fmt.Sprintf("%d events; shadow tables, secondary indexes built after loading, then swapped", l.events)}}, nil
 }

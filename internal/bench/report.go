@@ -45,6 +45,20 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	for _, res := range r.Results {
+		var errs int64
+		for _, run := range res.Strata.Runs {
+			errs += run.Errors
+		}
+		if res.Raw != nil {
+			for _, run := range res.Raw.Runs {
+				errs += run.Errors
+			}
+		}
+		if errs > 0 {
+			fmt.Fprintf(w, "WARNING (%s/%d): %d operations failed and are not counted; the numbers above are not valid\n", res.Workload, res.Concurrency, errs)
+		}
+	}
+	for _, res := range r.Results {
 		if res.Note != "" {
 			fmt.Fprintf(w, "note (%s/%d): %s\n", res.Workload, res.Concurrency, res.Note)
 		}
