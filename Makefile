@@ -23,6 +23,7 @@ run: build ## run strata serve on a private PostgreSQL (or $$DATABASE_URL) and p
 test: ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	@$(GO) test -count=1 -run '^TestConformance$$' -v ./eventstore/esdb 2>&1 | grep -E '^(EventStoreDB|--- FAIL)' || true
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
 
 FUZZ_TARGETS := \

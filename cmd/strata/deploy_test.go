@@ -276,3 +276,16 @@ func TestDeployDockerfile(t *testing.T) {
 		t.Error("the binary is not built static (CGO_ENABLED=0)")
 	}
 }
+
+// The README's configuration table names every variable strata reads.
+func TestReadmeDocumentsEveryVariable(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range envVars {
+		if !strings.Contains(string(raw), "`"+name+"`") {
+			t.Errorf("README.md does not document %s", name)
+		}
+	}
+}
