@@ -34,6 +34,9 @@ type Checkpoint struct {
 	// Rebuild describes the rebuild a <name>__rebuild row stands for (raw
 	// JSON; nil on other rows).
 	Rebuild []byte
+	// Consumer describes what a broker-fed consumer's row stands for (nil
+	// on the rows of projections, rebuilds and relays).
+	Consumer *ConsumerInfo
 }
 
 // Querier is what reading checkpoints needs (a pool, a connection or a
@@ -49,7 +52,7 @@ func ReadCheckpoints(ctx context.Context, q Querier, names ...string) (map[strin
 		names = []string{} // an empty array, not NULL
 	}
 	rows, err := q.Query(ctx, `SELECT projection, pos_major::text, pos_minor::text, status, coalesce(last_error, ''), error_at, updated_at,
-       generation::text, parked_streams, parked_letters, rebuild
+       generation::text, parked_streams, parked_letters, rebuild, consumer
 FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = ANY($1::text[])`, names)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
@@ -61,7 +64,7 @@ FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = AN
 		var major, minor, status string
 		var errorAt *time.Time
 		if err := rows.Scan(&c.Projection, &major, &minor, &status, &c.LastError, &errorAt, &c.UpdatedAt,
-			&c.Generation, &c.ParkedStreams, &c.ParkedLetters, &c.Rebuild); err != nil {
+			&c.Generation, &c.ParkedStreams, &c.ParkedLetters, &c.Rebuild, &c.Consumer); err != nil {
 			return nil, fmt.Errorf("read checkpoints: %w", err)
 		}
 		if c.Position, err = parsePosition(major, minor); err != nil {

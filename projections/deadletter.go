@@ -25,7 +25,9 @@ import (
 // Everything that changes which streams are parked (parking, retrying,
 // discarding) runs under the projection's lease: the runner itself, or a
 // tool holding an Exclusive. So the runner can trust what it read about
-// parked streams for as long as it holds the lease.
+// parked streams for as long as it holds the lease. A writer without a
+// runner (a broker-fed consumer) parks in transactions that hold its key's
+// pause lock in shared mode instead (park.go), which an Exclusive excludes.
 
 // LetterStatus is a dead letter's state.
 type LetterStatus string
@@ -280,12 +282,13 @@ SELECT tenant FROM t WHERE tenant IS NOT NULL`)
 // metadata, $13 recorded at, $14 error.
 const (
 	letterValues = `($1, $2, $3::uuid, $4, $5, $6::uuid, $7::text::numeric, $8::text::numeric, $9, $10, $11::jsonb, $12::jsonb, $13, $14`
-	// parkHeadSQL stores a failed event (its first attempt) and parks its
-	// stream; $15 is the first automatic retry (NULL: none).
+	// parkHeadSQL stores a failed event and parks its stream; $15 is the
+	// first automatic retry (NULL: none), $16 the failed attempts so far
+	// (1 for a runner, which retries itself afterwards).
 	parkHeadSQL = `WITH l AS (
     INSERT INTO dead_letters (tenant_id, projection, generation, stream_id, version, event_id, pos_major, pos_minor, event_type,
         schema_version, data, metadata, recorded_at, error, attempts, first_failed_at, last_failed_at)
-    VALUES ` + letterValues + `, 1, now(), now())
+    VALUES ` + letterValues + `, $16::int, now(), now())
     RETURNING 1)
 INSERT INTO parked_streams (tenant_id, projection, generation, stream_id, head_version, next_attempt_at)
 SELECT $1, $2, $3::uuid, $4, $5, $15 FROM l`
@@ -295,11 +298,18 @@ SELECT $1, $2, $3::uuid, $4, $5, $15 FROM l`
 VALUES ` + letterValues + `)`
 )
 
+// behindText is the error recorded with an event parked behind its
+// stream's head, never tried.
+func behindText(head int64) string {
+	return fmt.Sprintf("parked behind version %d of its stream, which this projection could not apply", head)
+}
+
 // maxErrorText bounds the error text kept with a dead letter.
 const maxErrorText = 2000
 
-func errorText(err error) string {
-	msg := err.Error()
+func errorText(err error) string { return clipError(err.Error()) }
+
+func clipError(msg string) string {
 	if len(msg) > maxErrorText {
 		msg = strings.ToValidUTF8(msg[:maxErrorText], "")
 	}

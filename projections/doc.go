@@ -16,7 +16,11 @@
 // (FailurePolicy, deadletter.go). Tools take a projection from its runner
 // for a moment with AcquireExclusive (a rebuild's swap, a dead-letter
 // retry); projections that can write into other tables (Retargetable) can
-// be rebuilt into shadow copies (package replay).
+// be rebuilt into shadow copies (package replay). A writer that applies a
+// projection without a Runner (a broker-fed consumer, package
+// projections/relay) parks into the same store under its own checkpoint
+// key (RegisterConsumer, ParkEvent, QueuePauseProbe; park.go), so the same
+// tools retry and discard its letters.
 //
 // The package also holds what the query side needs to know about
 // projections: checkpoints (Consistency waits for a consistency token) and

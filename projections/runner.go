@@ -1175,14 +1175,13 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, errorText(f.err)); err != nil {
 					return res, err
 				}
-				b.Queue(parkHeadSQL, append(args, f.next)...)
+				b.Queue(parkHeadSQL, append(args, f.next, int32(1))...)
 			} else {
 				headVersion := plan.existing[k].head
 				if f, ok := plan.fresh[k]; ok {
 					headVersion = f.rec.Version
 				}
-				why := fmt.Sprintf("parked behind version %d of its stream, which this projection could not apply", headVersion)
-				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, why); err != nil {
+				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, behindText(headVersion)); err != nil {
 					return res, err
 				}
 				b.Queue(parkBehindSQL, args...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -12,7 +13,8 @@ import (
 
 // ListOptions selects dead letters.
 type ListOptions struct {
-	// Projections restricts to these projections (all when empty).
+	// Projections restricts to these projections or broker-fed consumers
+	// (all when empty).
 	Projections []string
 	// Tenant restricts to one tenant (every tenant of the log when empty).
 	Tenant string
@@ -26,7 +28,7 @@ type ListOptions struct {
 
 // DeadLetters lists dead letters, per tenant in ID order.
 func (s *Service) DeadLetters(ctx context.Context, o ListOptions) ([]projections.DeadLetter, error) {
-	if _, err := s.resolve(o.Projections); err != nil {
+	if err := s.checkOwners(ctx, o.Projections); err != nil {
 		return nil, err
 	}
 	for _, st := range o.Statuses {
@@ -76,7 +78,8 @@ func inTenant(tenant string) string {
 
 // RetrySpec says which parked streams to retry: the stream of one letter
 // (ID), a stream by name (Stream, in Tenant or in every tenant), or every
-// parked stream (All); Projections and Tenant narrow the latter two.
+// parked stream (All); Projections (of projections or broker-fed
+// consumers) and Tenant narrow the latter two.
 type RetrySpec struct {
 	ID          int64
 	Stream      string
@@ -141,8 +144,27 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 	if n != 1 {
 		return report, fmt.Errorf("%w: retry one letter's stream (ID), one stream (--stream) or everything (--all)", ErrInvalid)
 	}
-	if _, err := s.resolve(spec.Projections); err != nil {
+	if err := s.checkOwners(ctx, spec.Projections); err != nil {
 		return report, err
+	}
+	// The projections applying the letters: a projection's own, or the
+	// one a consumer's row names, under the consumer's name.
+	rows, err := s.consumerRows(ctx)
+	if err != nil {
+		return report, err
+	}
+	consumers := map[string]projections.Projection{}
+	for name, cp := range rows {
+		if p, err := s.consumerProjection(name, *cp.Consumer); err == nil {
+			consumers[name] = p
+		}
+	}
+	owner := func(name string) (projections.Projection, bool) {
+		if p, ok := s.byName[name]; ok {
+			return p, true
+		}
+		p, ok := consumers[name]
+		return p, ok
 	}
 	var targets []target
 	if spec.ID != 0 {
@@ -152,6 +174,13 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		}
 		if err := s.stillParked(ctx, l); err != nil {
 			return report, err
+		}
+		if _, known := owner(l.Projection); !known {
+			if cp, ok := rows[l.Projection]; ok {
+				_, err := s.consumerProjection(l.Projection, *cp.Consumer)
+				return report, err
+			}
+			return report, fmt.Errorf("%w: dead letter %d belongs to %s, which this strata does not know: retry it with the program that runs it, or discard it", ErrInvalid, l.ID, l.Projection)
 		}
 		targets = append(targets, target{l.Projection, l.Tenant, l.Event.Stream})
 	} else {
@@ -165,7 +194,7 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		}
 		for _, p := range parked {
 			if spec.Stream == "" || p.Stream == spec.Stream {
-				if _, known := s.byName[p.Projection]; known {
+				if _, known := owner(p.Projection); known {
 					targets = append(targets, target{p.Projection, p.Tenant, p.Stream})
 				}
 			}
@@ -178,8 +207,10 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		}
 		return report, fmt.Errorf("%w: %s", ErrNothingToDo, what)
 	}
-	// One lease per projection, held while its streams are retried.
-	for _, name := range s.Names() {
+	// One lease per projection, held while its streams are retried. A
+	// consumer's is taken the same way: the consumer probes its pause lock
+	// in every message's transaction and nacks its messages meanwhile.
+	for _, name := range append(s.Names(), slices.Sorted(maps.Keys(consumers))...) {
 		var mine []target
 		for _, t := range targets {
 			if t.projection == name {
@@ -189,7 +220,7 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		if len(mine) == 0 {
 			continue
 		}
-		p := s.byName[name]
+		p, _ := owner(name)
 		x, err := s.exclusive(ctx, name)
 		if err != nil {
 			return report, err

@@ -59,6 +59,16 @@ type Config struct {
 	// Projections are the projections the tooling knows (default
 	// projections.All()). A rebuild needs projections.Retargetable.
 	Projections []projections.Projection
+	// ConsumerProjection, when set, lets the dead-letter operations retry
+	// the letters of broker-fed consumers (relay.Consumer). A consumer's
+	// checkpoint row names the projection it applies and that projection's
+	// tables (projections.ConsumerInfo); the service takes the projection
+	// of that name from Projections, writing into those tables, and
+	// ConsumerProjection returns what re-applies the consumer's letters
+	// under the consumer's name (relay.ConsumerProjection). Without it a
+	// consumer's letters are listed and discarded, not retried. Status and
+	// rebuilds leave consumers alone (they read no log).
+	ConsumerProjection func(consumer string, p projections.Projection) projections.Projection
 	// Registry decodes payloads (default order.Registry).
 	Registry *event.Registry
 	// Runner tunes the runners of rebuilds (BatchSize defaults to 5000 for

@@ -21,6 +21,7 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/relay"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
 )
@@ -190,7 +191,8 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 		return fail(fmt.Errorf("%w: %v", replay.ErrInvalid, err))
 	}
 	svc, err := replay.New(replay.Config{Pool: proj, App: app, Log: log, Logger: logger,
-		Runner: projections.RunnerConfig{BatchSize: batch, Failures: policy}})
+		Runner:             projections.RunnerConfig{BatchSize: batch, Failures: policy},
+		ConsumerProjection: relay.ConsumerProjection})
 	if err != nil {
 		return fail(err)
 	}
@@ -261,6 +263,10 @@ func replayStatus(ctx context.Context, args []string, e env, stdout, stderr io.W
 	if err != nil {
 		return replayError(stderr, err)
 	}
+	consumers, err := re.svc.Consumers(ctx)
+	if err != nil {
+		return replayError(stderr, err)
+	}
 	if *asJSON {
 		out := make([]statusJSON, 0, len(list))
 		for _, s := range list {
@@ -282,7 +288,19 @@ func replayStatus(ctx context.Context, args []string, e env, stdout, stderr io.W
 		for _, cp := range others {
 			rows = append(rows, other{cp.Projection, string(cp.Status), cp.Position.Token()})
 		}
-		writeJSON(stdout, map[string]any{"projections": out, "other_checkpoints": rows})
+		type consumer struct {
+			Name          string   `json:"name"`
+			Projection    string   `json:"projection"`
+			Tables        []string `json:"tables"`
+			ParkedStreams int64    `json:"parked_streams"`
+			DeadLetters   int64    `json:"dead_letters"`
+			Retryable     bool     `json:"retryable"`
+		}
+		cs := []consumer{}
+		for _, c := range consumers {
+			cs = append(cs, consumer{c.Name, c.Projection, c.Tables, c.ParkedStreams, c.ParkedLetters, c.Retryable})
+		}
+		writeJSON(stdout, map[string]any{"projections": out, "other_checkpoints": rows, "consumers": cs})
 		return exitOK
 	}
 	if len(list) > 0 {
@@ -306,6 +324,24 @@ func replayStatus(ctx context.Context, args []string, e env, stdout, stderr io.W
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", cp.Projection, cp.Status, cp.Position.Token())
 		}
 		tw.Flush()
+	}
+	if len(consumers) > 0 {
+		fmt.Fprintln(stdout, "\nbroker-fed consumers (their dead letters are in `strata replay dlq list`):")
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  CONSUMER\tAPPLIES\tPARKED STREAMS\tDEAD LETTERS")
+		for _, c := range consumers {
+			applies := fmt.Sprintf("%s (%s)", c.Projection, strings.Join(c.Tables, ", "))
+			if !c.Retryable {
+				applies += ", unknown here: list and discard only"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\n", c.Name, applies, c.ParkedStreams, c.ParkedLetters)
+		}
+		tw.Flush()
+		for _, c := range consumers {
+			if c.ParkedStreams > 0 {
+				fmt.Fprintf(stdout, "\n%s has %d parked streams: see `strata replay dlq list --projection %s`\n", c.Name, c.ParkedStreams, c.Name)
+			}
+		}
 	}
 	for _, s := range list {
 		if s.LastError != "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/relay"
 	"github.com/strata-es/strata/readmodels"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
@@ -57,7 +58,8 @@ func wireAdmin(a *app) error {
 		return err
 	}
 	svc, err := replay.New(replay.Config{Pool: a.projPool, App: a.appPool, Log: a.log, Logger: a.logger,
-		Runner: projections.RunnerConfig{Failures: policy}})
+		Runner:             projections.RunnerConfig{Failures: policy},
+		ConsumerProjection: relay.ConsumerProjection})
 	if err != nil {
 		return err
 	}

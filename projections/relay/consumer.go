@@ -39,7 +39,8 @@ type ConsumerConfig struct {
 	// deadline (NATSConfig.AckWait, SQLConfig.AckDeadline).
 	MaxRetries                   int
 	InitialInterval, MaxInterval time.Duration
-	// Sink stores dead letters (default TableSink).
+	// Sink stores dead letters (default StoreSink: the shared dead-letter
+	// store that `strata replay dlq` works on).
 	Sink DeadLetterSink
 	// Registry decodes payloads (default order.Registry).
 	Registry *event.Registry
@@ -69,7 +70,7 @@ func (c *ConsumerConfig) setDefaults() {
 		c.MaxInterval = 2 * time.Second
 	}
 	if c.Sink == nil {
-		c.Sink = TableSink{}
+		c.Sink = StoreSink{}
 	}
 	if c.Registry == nil {
 		c.Registry = order.Registry
@@ -109,6 +110,10 @@ var (
 	// ErrVersionGap: an earlier version of the event's stream has not
 	// arrived yet.
 	ErrVersionGap = errors.New("stream version gap")
+	// ErrPaused: a dead-letter operation (`strata replay dlq retry` or
+	// `discard`, or the admin routes) holds the consumer's pause lock for
+	// a moment (projections.AcquireExclusive on the consumer's name).
+	ErrPaused = errors.New("consumer paused by a dead-letter operation")
 )
 
 // GapError is a message whose stream's previous version was never applied.
@@ -143,6 +148,7 @@ func poisonable(err error) bool {
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, ErrVersionGap),
+		errors.Is(err, ErrPaused),
 		errors.Is(err, ErrBadMessage),
 		errors.Is(err, errConcurrent),
 		db.IsUnavailable(err):
@@ -153,7 +159,7 @@ func poisonable(err error) bool {
 
 // retryable reports whether trying again at once may help.
 func retryable(err error) bool {
-	return !errors.Is(err, ErrShuttingDown) && !errors.Is(err, ErrVersionGap) && !errors.Is(err, ErrBadMessage)
+	return !errors.Is(err, ErrShuttingDown) && !errors.Is(err, ErrVersionGap) && !errors.Is(err, ErrBadMessage) && !errors.Is(err, ErrPaused)
 }
 
 // errConcurrent: another delivery of the stream's messages committed first.
@@ -169,13 +175,14 @@ var errConcurrent = errors.New("stream applied concurrently")
 // outermost, with the sink behind a Publisher). A message that failed
 // because the consumer was shutting down is nacked, not parked.
 type Consumer struct {
-	pool    *pgxpool.Pool
-	cfg     ConsumerConfig
-	router  *message.Router
-	tracer  trace.Tracer
-	logger  *slog.Logger
-	closing atomic.Bool
-	names   map[string]bool
+	pool     *pgxpool.Pool
+	cfg      ConsumerConfig
+	router   *message.Router
+	tracer   trace.Tracer
+	logger   *slog.Logger
+	closing  atomic.Bool
+	names    map[string]bool
+	handlers []*handler
 }
 
 // NewConsumer returns a consumer applying messages with pool, which must
@@ -202,9 +209,13 @@ func NewConsumer(pool *pgxpool.Pool, cfg ConsumerConfig) (*Consumer, error) {
 // Add feeds p from sub under the consumer name name: the subscriber's
 // durable consumer or consumer group (NewNATSSubscriber,
 // NewSQLSubscriber), the key of the versions it applied and of its dead
-// letters. Like a projection's name, renaming it makes a new consumer that
-// starts over. p's tables must not also be written by a projection runner.
-// Add must be called before Run.
+// letters, and the name of its row in projection_checkpoints (which Run
+// creates, recording p's name and tables, so that `strata replay dlq
+// retry` can re-apply the consumer's letters). Like a projection's name,
+// renaming it makes a new consumer that starts over. The name must not be
+// that of a projection or a relay (Run refuses it: their dead letters
+// would mix), and p's tables must not also be written by a projection
+// runner. Add must be called before Run.
 func (c *Consumer) Add(name string, p projections.Projection, sub message.Subscriber) error {
 	if !consumerPattern.MatchString(name) {
 		return fmt.Errorf("relay consumer: name %q: want [a-z][a-z0-9_]{0,62}", name)
@@ -214,6 +225,7 @@ func (c *Consumer) Add(name string, p projections.Projection, sub message.Subscr
 	}
 	c.names[name] = true
 	h := &handler{c: c, name: name, proj: p, handles: map[string]bool{}, logger: c.logger.With("consumer", name)}
+	c.handlers = append(c.handlers, h)
 	for _, t := range p.EventTypes() {
 		h.handles[t] = true
 	}
@@ -252,6 +264,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if len(c.names) == 0 {
 		return errors.New("relay consumer: nothing to consume")
 	}
+	for _, h := range c.handlers {
+		if err := c.register(ctx, h); err != nil {
+			return err
+		}
+	}
 	done := make(chan error, 1)
 	// The router gets its own context: on shutdown the closing flag must be
 	// set before the router cancels anything.
@@ -266,6 +283,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 			err = errors.New("every subscription ended")
 		}
 		return fmt.Errorf("relay consumer: %w", err)
+	}
+}
+
+// register records the consumer's row in projection_checkpoints (see
+// projections.RegisterConsumer), waiting for a database that is not
+// available yet.
+func (c *Consumer) register(ctx context.Context, h *handler) error {
+	for {
+		err := projections.RegisterConsumer(ctx, c.pool, h.name, h.proj)
+		if err == nil || !db.IsUnavailable(err) || ctx.Err() != nil {
+			if err != nil {
+				return fmt.Errorf("relay consumer: %w", err)
+			}
+			return nil
+		}
+		h.logger.Warn("cannot register the consumer yet; retrying", "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("relay consumer: %w", err)
+		case <-time.After(time.Second):
+		}
 	}
 }
 
@@ -339,13 +377,22 @@ func (h *handler) handle(msg *message.Message) error {
 }
 
 // locked starts the transaction of rec under its tenant and returns the
-// stream's applied version, locked.
+// stream's applied version, locked. The transaction first probes the
+// consumer's pause lock, which it then holds in shared mode until it ends:
+// a dead-letter operation on the consumer's letters (a retry or discard,
+// which change which streams are parked) takes that lock exclusively, so
+// it waits for the transactions in flight, and while it works every new
+// one finds the lock taken and is given up with ErrPaused (the message is
+// nacked and comes again). The consumer's checks of parked streams and
+// its parking therefore never interleave with the tool's.
 func (h *handler) locked(ctx context.Context, rec event.Record) (pgx.Tx, int64, error) {
 	tx, err := h.c.pool.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
 		return nil, 0, fmt.Errorf("consumer %s: begin: %w", h.name, err)
 	}
 	b := &pgx.Batch{}
+	var paused bool
+	projections.QueuePauseProbe(b, h.name, &paused)
 	b.Queue(db.SetTenantSQL, rec.Tenant)
 	var applied int64
 	b.Queue(`SELECT coalesce((SELECT version FROM relay_applied WHERE tenant_id = $1 AND consumer = $2 AND stream_id = $3 FOR UPDATE), 0)`,
@@ -353,6 +400,11 @@ func (h *handler) locked(ctx context.Context, rec event.Record) (pgx.Tx, int64, 
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		rollback(ctx, tx)
 		return nil, 0, fmt.Errorf("consumer %s: applied version of %s/%s: %w", h.name, rec.Tenant, rec.Stream, err)
+	}
+	if paused {
+		rollback(ctx, tx)
+		h.logger.Debug("consumer paused by a dead-letter operation; message nacked", "tenant", rec.Tenant, "stream", rec.Stream, "version", rec.Version)
+		return nil, 0, fmt.Errorf("consumer %s: %w", h.name, ErrPaused)
 	}
 	return tx, applied, nil
 }
@@ -398,9 +450,14 @@ func (h *handler) apply(ctx context.Context, rec event.Record) error {
 	if !ok {
 		return err // nil for a duplicate: acknowledged, nothing changes
 	}
-	parked, err := h.c.cfg.Sink.Parked(ctx, tx, h.name, rec.Tenant, rec.Stream)
-	if err != nil {
-		return err
+	// Events of types the projection does not handle never concern it:
+	// they are only recorded as handled, on a parked stream too (as a
+	// runner does not park them).
+	parked := false
+	if h.handles[rec.Type] {
+		if parked, err = h.c.cfg.Sink.Parked(ctx, tx, h.name, rec.Tenant, rec.Stream); err != nil {
+			return err
+		}
 	}
 	if parked {
 		if err := h.c.cfg.Sink.Park(ctx, tx, DeadLetter{Consumer: h.name, Event: rec, Reason: "parked behind an earlier dead letter of its stream"}); err != nil {

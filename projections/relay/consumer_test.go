@@ -49,7 +49,7 @@ func deadLetterCount(ctx context.Context, t *testing.T, d *testdb.DB) int {
 	t.Helper()
 	conn := adminConn(ctx, t, d.AdminURL)
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.relay_dead_letters`).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.dead_letters`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -169,9 +169,11 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 
 // TestConsumerPoisonParksStream makes one event of a stream fail on every
 // attempt and another stream's first event panic. With MaxRetries 2 each is
-// tried 3 times, then dead-lettered with its reason, and every later event
-// of its stream is parked behind it (without being tried), while all other
-// streams are applied.
+// tried 3 times, then dead-lettered with its reason into the shared
+// dead-letter store under the consumer's name, and every later event of
+// its stream that the projection handles is parked behind it (without
+// being tried), while all other streams are applied. The consumer's
+// checkpoint row counts the parked streams and letters.
 func TestConsumerPoisonParksStream(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
@@ -249,31 +251,45 @@ func TestConsumerPoisonParksStream(t *testing.T) {
 			}
 
 			type letter struct {
-				key             string
-				version         int64
-				attempts        int
-				reason, handler string
+				key                string
+				version            int64
+				attempts           int
+				reason, projection string
 			}
-			rs, err := admin.Query(ctx, `SELECT tenant_id || '/' || stream_id, version, attempts, reason, coalesce(metadata->>'handler_poisoned', '')
-FROM strata.relay_dead_letters WHERE consumer = $1 ORDER BY tenant_id, stream_id, version`, consumer)
+			rs, err := admin.Query(ctx, `SELECT tenant_id || '/' || stream_id, version, attempts, error, projection
+FROM strata.dead_letters WHERE projection = $1 ORDER BY tenant_id, stream_id, version`, consumer)
 			if err != nil {
 				t.Fatal(err)
 			}
 			letters, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (letter, error) {
 				var l letter
-				err := r.Scan(&l.key, &l.version, &l.attempts, &l.reason, &l.handler)
+				err := r.Scan(&l.key, &l.version, &l.attempts, &l.reason, &l.projection)
 				return l, err
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
+			// From the failing event on, every event of its stream that
+			// order_list handles; all of the panicking one's.
 			want := 0
-			for key := range poisoned {
-				want += int(heads[key])
+			for _, e := range evs {
+				switch key := e.Tenant + "/" + e.Stream; {
+				case !handled[e.Type]:
+				case key == evs[failing].Tenant+"/"+evs[failing].Stream && e.Version >= evs[failing].Version,
+					key == evs[panicking].Tenant+"/"+evs[panicking].Stream:
+					want++
+				}
 			}
-			want -= int(evs[failing].Version) - 1 // the failing stream's first version was applied
 			if len(letters) != want {
 				t.Errorf("%d dead letters, want %d: %+v", len(letters), want, letters)
+			}
+			var streams, parkedLetters, parkedRows int64
+			if err := admin.QueryRow(ctx, `SELECT parked_streams, parked_letters, (SELECT count(*) FROM strata.parked_streams p WHERE p.projection = c.projection AND p.generation = c.generation)
+FROM strata.projection_checkpoints c WHERE projection = $1`, consumer).Scan(&streams, &parkedLetters, &parkedRows); err != nil {
+				t.Fatal(err)
+			}
+			if streams != 2 || parkedRows != 2 || parkedLetters != int64(len(letters)) {
+				t.Errorf("checkpoint counters: %d parked streams (%d rows), %d parked letters; want 2 and %d", streams, parkedRows, parkedLetters, len(letters))
 			}
 			for _, l := range letters {
 				if !poisoned[l.key] {
@@ -285,8 +301,8 @@ FROM strata.relay_dead_letters WHERE consumer = $1 ORDER BY tenant_id, stream_id
 				switch {
 				case first && l.attempts != 3:
 					t.Errorf("%s v%d: %d attempts recorded, want 3", l.key, l.version, l.attempts)
-				case first && l.handler != consumer:
-					t.Errorf("%s v%d: handler_poisoned %q, want %q", l.key, l.version, l.handler, consumer)
+				case l.projection != consumer:
+					t.Errorf("%s v%d: projection %q, want the consumer %q", l.key, l.version, l.projection, consumer)
 				case first && !strings.Contains(l.reason, "boom") && !strings.Contains(l.reason, "panic occurred: \"kaboom\""):
 					t.Errorf("%s v%d: reason %q", l.key, l.version, l.reason)
 				case !first && (l.attempts != 0 || !strings.Contains(l.reason, "parked behind")):

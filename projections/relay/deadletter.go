@@ -2,20 +2,17 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/projections"
 )
 
 // DeadLetter is an event a consumer could not apply, or that followed such
 // an event on a parked stream.
 type DeadLetter struct {
-	// Consumer is the consumer (projection) that could not apply it.
+	// Consumer is the consumer that could not apply it.
 	Consumer string
 	Event    event.Record
 	// Reason is the last failure, or why the event was parked without
@@ -44,47 +41,67 @@ type DeadLetterSink interface {
 	Parked(ctx context.Context, tx pgx.Tx, consumer, tenant, stream string) (bool, error)
 }
 
-// TableSink is a DeadLetterSink on the relay_dead_letters table (migration
-// 003_relay): a stream is parked for a consumer while it has dead letters
-// there. It stands in for the shared dead-letter store until the consumer
-// side is connected to it.
-type TableSink struct{}
+// StoreSink is the DeadLetterSink on the shared dead-letter store
+// (dead_letters and parked_streams, migration 004), the runners' own: a
+// consumer parks there under its name as if it were a projection, with
+// the counters on the projection_checkpoints row of that name (created on
+// its first dead letter), so that `strata replay dlq` and
+// /v1/admin/dead-letters list, retry and discard its letters like a
+// runner's (see ConsumerProjection). It parks with projections.ParkEvent:
+// a letter on a parked stream waits behind the stream's head, any other
+// becomes the head of its newly parked stream with the consumer's last
+// error and attempts, and is not retried automatically (the consumer's
+// Retry middleware has done that). The event is copied whole; of the
+// message's metadata only the event's own is kept (watermill's poison
+// reason becomes the letter's error, the handler its projection).
+type StoreSink struct{}
 
-var _ DeadLetterSink = TableSink{}
+var _ DeadLetterSink = StoreSink{}
 
 // Park implements DeadLetterSink.
-func (TableSink) Park(ctx context.Context, tx pgx.Tx, l DeadLetter) error {
-	md, err := json.Marshal(l.Metadata)
-	if err != nil {
-		return fmt.Errorf("park: %w", err)
-	}
-	reason := l.Reason
-	if len(reason) > 8000 {
-		reason = strings.ToValidUTF8(reason[:8000], "")
-	}
-	var recordedAt *time.Time
-	if !l.Event.RecordedAt.IsZero() {
-		recordedAt = &l.Event.RecordedAt
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO relay_dead_letters
-    (tenant_id, consumer, stream_id, version, event_id, event_type, schema_version, position, recorded_at, payload, metadata, reason, attempts)
-VALUES ($1, $2, $3, $4, $5::uuid, $6, $7, $8, $9, $10, $11, $12, $13)
-ON CONFLICT (tenant_id, consumer, event_id) DO NOTHING`,
-		l.Event.Tenant, l.Consumer, l.Event.Stream, l.Event.Version, l.Event.ID, l.Event.Type, l.Event.SchemaVersion,
-		l.Event.Position.Token(), recordedAt, []byte(l.Event.Data), md, reason, l.Attempts)
-	if err != nil {
-		return fmt.Errorf("park %s/%s v%d for %s: %w", l.Event.Tenant, l.Event.Stream, l.Event.Version, l.Consumer, err)
-	}
-	return nil
+func (StoreSink) Park(ctx context.Context, tx pgx.Tx, l DeadLetter) error {
+	_, err := projections.ParkEvent(ctx, tx, l.Consumer, l.Event, l.Reason, l.Attempts)
+	return err
 }
 
 // Parked implements DeadLetterSink.
-func (TableSink) Parked(ctx context.Context, tx pgx.Tx, consumer, tenant, stream string) (bool, error) {
-	var parked bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM relay_dead_letters WHERE tenant_id = $1 AND consumer = $2 AND stream_id = $3)`,
-		tenant, consumer, stream).Scan(&parked)
-	if err != nil {
-		return false, fmt.Errorf("parked %s/%s for %s: %w", tenant, stream, consumer, err)
+func (StoreSink) Parked(ctx context.Context, tx pgx.Tx, consumer, tenant, stream string) (bool, error) {
+	_, parked, err := projections.ParkedHead(ctx, tx, consumer, tenant, stream)
+	return parked, err
+}
+
+// ConsumerProjection returns p as the dead-letter tooling must see the
+// consumer named consumer that applies it (replay.Config.Consumers): named
+// after the consumer, whose name its dead letters, checkpoint row and
+// pause lock carry, and recording in relay_applied, in the transaction of
+// each letter it applies, that the consumer has handled that version (a
+// no-op for letters the consumer parked itself, whose versions it recorded
+// when parking them; it never moves a stream's version back). A retry
+// (projections.RetryStream under the consumer's name) re-applies a parked
+// stream's letters with it, in order, and unparks the stream, while the
+// consumer, probing the same pause lock, nacks that consumer's messages.
+func ConsumerProjection(consumer string, p projections.Projection) projections.Projection {
+	return consumerProjection{Projection: p, name: consumer}
+}
+
+type consumerProjection struct {
+	projections.Projection
+	name string
+}
+
+func (c consumerProjection) Name() string { return c.name }
+
+// advanceSQL records a version as handled, never moving a stream back.
+const advanceSQL = `INSERT INTO relay_applied (tenant_id, consumer, stream_id, version, event_id, position)
+VALUES ($1, $2, $3, $4, $5::uuid, $6)
+ON CONFLICT (tenant_id, consumer, stream_id) DO UPDATE
+SET version = excluded.version, event_id = excluded.event_id, position = excluded.position, updated_at = now()
+WHERE relay_applied.version < excluded.version`
+
+func (c consumerProjection) Apply(b *pgx.Batch, ev projections.Event) error {
+	if err := c.Projection.Apply(b, ev); err != nil {
+		return err
 	}
-	return parked, nil
+	b.Queue(advanceSQL, ev.Tenant, c.name, ev.Stream, ev.Version, ev.ID, ev.Position.Token())
+	return nil
 }

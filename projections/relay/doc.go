@@ -14,8 +14,11 @@
 // each message back into an event.Record and applies it to a projection's
 // tables in one transaction that also records the stream version applied,
 // so that redeliveries change nothing (exactly-once effects). Failures go
-// through Retry and then into a DeadLetterSink; a message that failed only
-// because the consumer was shutting down is not dead-lettered.
+// through Retry and then into a DeadLetterSink, by default the runners'
+// dead-letter store under the consumer's name (StoreSink), where `strata
+// replay dlq` retries (ConsumerProjection) and discards them; a message
+// that failed only because the consumer was shutting down is not
+// dead-lettered.
 //
 // It imports domain/event, the eventstore port, projections, internal/db,
 // internal/failpoint, pgx, watermill and its SQL and NATS adapters; never

@@ -343,12 +343,14 @@ func sameVersions(want, got map[string]int64) bool {
 
 // lastPosition is the position of the newest committed event, whether or
 // not readers may see it yet (an older transaction may still be open
-// somewhere in the cluster, which the tests share).
+// somewhere in the cluster, which the tests share). ORDER BY names the
+// table's columns: a bare tx_id would sort the text output column
+// ("999" after "1000").
 func lastPosition(ctx context.Context, t testing.TB, conn *pgx.Conn) event.Position {
 	t.Helper()
 	var major string
 	var minor int64
-	if err := conn.QueryRow(ctx, `SELECT tx_id::text, position FROM strata.events ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&major, &minor); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT tx_id::text, position FROM strata.events ORDER BY events.tx_id DESC, events.position DESC LIMIT 1`).Scan(&major, &minor); err != nil {
 		t.Fatal(err)
 	}
 	m, err := strconv.ParseUint(major, 10, 64)

@@ -362,7 +362,7 @@ func TestRelayNATSUnderKill(t *testing.T) {
 		}
 	}
 	var letters int
-	if err := admin.QueryRow(ctx, `SELECT count(*) FROM strata.relay_dead_letters`).Scan(&letters); err != nil || letters != 0 {
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM strata.dead_letters`).Scan(&letters); err != nil || letters != 0 {
 		t.Errorf("dead letters: %d (%v), want none", letters, err)
 	}
 	t.Logf("%d events, 4 tenants, %d streams; JetStream held %d after kill 1 (failpoint after publish) and %d after kill 2 (SIGKILL); "+
