@@ -22,9 +22,11 @@ type historyCache struct {
 
 type cacheKey struct{ tenant, stream string }
 
+// cached keeps the decoded payloads only: the raw records (data and
+// metadata) are needed just to find an earlier execution of an idempotent
+// command, and idempotent commands always read the store.
 type cached struct {
 	key      cacheKey
-	records  []event.Record
 	payloads []event.Payload
 }
 
@@ -35,23 +37,23 @@ func newHistoryCache(max int) *historyCache {
 	return &historyCache{max: max, order: list.New(), byKey: map[cacheKey]*list.Element{}}
 }
 
-// get returns copies of the cached history (callers may append to them).
-func (c *historyCache) get(k cacheKey) ([]event.Record, []event.Payload, bool) {
+// get returns a copy of the cached payloads (callers may append to it).
+func (c *historyCache) get(k cacheKey) ([]event.Payload, bool) {
 	if c == nil {
-		return nil, nil, false
+		return nil, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byKey[k]
 	if !ok {
-		return nil, nil, false
+		return nil, false
 	}
 	c.order.MoveToFront(el)
 	e := el.Value.(*cached)
-	return append([]event.Record(nil), e.records...), append([]event.Payload(nil), e.payloads...), true
+	return append([]event.Payload(nil), e.payloads...), true
 }
 
-func (c *historyCache) put(k cacheKey, records []event.Record, payloads []event.Payload) {
+func (c *historyCache) put(k cacheKey, payloads []event.Payload) {
 	if c == nil {
 		return
 	}
@@ -59,11 +61,11 @@ func (c *historyCache) put(k cacheKey, records []event.Record, payloads []event.
 	defer c.mu.Unlock()
 	if el, ok := c.byKey[k]; ok {
 		e := el.Value.(*cached)
-		e.records, e.payloads = records, payloads
+		e.payloads = payloads
 		c.order.MoveToFront(el)
 		return
 	}
-	c.byKey[k] = c.order.PushFront(&cached{key: k, records: records, payloads: payloads})
+	c.byKey[k] = c.order.PushFront(&cached{key: k, payloads: payloads})
 	for c.order.Len() > c.max {
 		last := c.order.Back()
 		c.order.Remove(last)

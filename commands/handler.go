@@ -27,7 +27,9 @@ var (
 // Config tunes a Handler.
 type Config struct {
 	// MaxAttempts bounds how often a command is decided and appended when
-	// concurrent writers keep moving the order (no If-Match). Default 5.
+	// concurrent writers keep moving the order (no If-Match). Default 10:
+	// each conflict is another writer's success, so n concurrent commands
+	// on one order all succeed when MaxAttempts >= n.
 	MaxAttempts int
 	// Now is the clock (tests inject one). Default time.Now.
 	Now func() time.Time
@@ -40,7 +42,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = 10
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -186,8 +188,8 @@ func startsStream(cmd Command) bool {
 
 func (h *Handler) load(ctx context.Context, key cacheKey, cmd Command, opts Options, first bool) ([]event.Record, []event.Payload, error) {
 	if first && opts.ExpectedVersion == nil && opts.Idempotency == nil {
-		if recs, payloads, ok := h.cache.get(key); ok {
-			return recs, payloads, nil
+		if payloads, ok := h.cache.get(key); ok {
+			return nil, payloads, nil
 		}
 		if startsStream(cmd) {
 			return nil, nil, nil
@@ -273,11 +275,7 @@ func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream st
 		h.cache.drop(key)
 		return Result{}, err
 	}
-	for i, e := range events {
-		history = append(history, event.Record{ID: e.ID, Tenant: key.tenant, Stream: stream, Version: o.Version + int64(i) + 1,
-			Type: e.Type, SchemaVersion: e.SchemaVersion, Data: e.Data, Metadata: e.Metadata, Position: ar.Position})
-	}
-	h.cache.put(key, history, append(payloads, decided...))
+	h.cache.put(key, append(payloads, decided...))
 	return Result{OrderID: orderID, Version: ar.LastVersion, Position: ar.Position}, nil
 }
 

@@ -284,7 +284,10 @@ func TestIfMatch(t *testing.T) {
 }
 
 // Without If-Match, concurrent commands on one order all succeed: version
-// conflicts are retried against the new state.
+// conflicts are retried against the new state. Each conflict a command
+// meets is another command's success, so 8 commands need at most 8
+// attempts each (the handler allows 10): the outcome does not depend on
+// timing.
 func TestConflictsRetriedWithoutIfMatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

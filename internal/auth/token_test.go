@@ -311,3 +311,30 @@ func signRaw(t *testing.T, secret []byte, payload string) string {
 	mac.Write([]byte(head + "." + body))
 	return head + "." + body + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
+
+// A verified token is remembered, but never past its expiry.
+func TestCachedTokenExpires(t *testing.T) {
+	secret := []byte("cache-secret-cache-secret-cache-secret-01")
+	now := time.Now()
+	v, err := auth.NewVerifier(secret, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := auth.Sign(secret, auth.Claims{Subject: "s", Tenant: "t-a"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // the second parse comes from the cache
+		if c, err := v.Parse(tok); err != nil || c.Tenant != "t-a" {
+			t.Fatalf("parse %d: %v %v", i, c, err)
+		}
+	}
+	now = now.Add(2 * time.Minute)
+	if _, err := v.Parse(tok); err == nil {
+		t.Fatal("an expired token was accepted from the cache")
+	}
+	// A tampered token is not a cache hit.
+	if _, err := v.Parse(tok[:len(tok)-2] + "xx"); err == nil {
+		t.Fatal("a tampered token was accepted")
+	}
+}
