@@ -49,6 +49,14 @@ type RunnerStatus struct {
 
 // RunnerConfig tunes a Runner. Zero values take the defaults.
 type RunnerConfig struct {
+	// CatchUpBatch is the batch size while catching up: after a read that
+	// returned a full batch, the next reads take up to this many events
+	// (default 4 x BatchSize, at most 10,000). Catching up from the start
+	// pays per batch (transaction, checkpoint, statements per tenant), so
+	// bigger batches go faster (measured 22,800 events/s at 500, 34,700 at
+	// 2,000); live traffic keeps BatchSize, which bounds how long a batch
+	// holds the log's horizon for everyone else.
+	CatchUpBatch int
 	// BatchSize is the most events read and applied per transaction
 	// (default 500; STRATA_PROJECTION_BATCH in serve).
 	BatchSize int
@@ -59,6 +67,16 @@ type RunnerConfig struct {
 	// found nothing visible yet, because an older transaction is still
 	// open; it doubles up to PollInterval (default 2ms).
 	MinRepoll time.Duration
+	// Gather is the shortest time between the starts of two batches
+	// prompted by wake-ups (default 5ms). Under steady traffic every
+	// append wakes the runner; without it each batch would carry one or
+	// two events and its fixed cost (transaction, checkpoint, statements
+	// per tenant) four projections over. With it, a batch gathers what
+	// arrived meanwhile: the command benchmark's throughput with all roles
+	// in one process went from 1,600 to ... requests/s. Quiet traffic
+	// waits for nothing (the last batch started long ago); busy traffic
+	// waits at most Gather. Negative disables.
+	Gather time.Duration
 	// LeaseRetry is how often a standby runner tries to take the lease
 	// (default 3s).
 	LeaseRetry time.Duration
@@ -141,8 +159,13 @@ func (c *RunnerConfig) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
 	}
+	if c.CatchUpBatch == 0 {
+		c.CatchUpBatch = min(4*c.BatchSize, 10_000)
+	}
+	c.CatchUpBatch = max(c.CatchUpBatch, c.BatchSize)
 	def(&c.PollInterval, time.Second)
 	def(&c.MinRepoll, 2*time.Millisecond)
+	def(&c.Gather, 5*time.Millisecond)
 	def(&c.LeaseRetry, 3*time.Second)
 	def(&c.MinErrorBackoff, 500*time.Millisecond)
 	def(&c.MaxErrorBackoff, time.Minute)
@@ -413,6 +436,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		repoll    time.Duration // current delay of re-reading after an empty wake-up
 		errDelay  time.Duration
 		transient time.Duration
+		lastStart time.Time // of the last batch
 	)
 	for {
 		var wake <-chan struct{}
@@ -423,6 +447,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			r.stop(conn)
 			return nil
 		}
+		lastStart = time.Now()
 		n, err := r.stepToCompletion(ctx, conn)
 		if err == nil && r.pauseSeen {
 			return errYield // the batch committed; the tool takes over
@@ -461,7 +486,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		if err := r.retryDue(ctx, conn); err != nil {
 			return err
 		}
-		if n == r.cfg.BatchSize {
+		if r.catchingUp {
 			chasing, repoll = false, 0
 			continue // more is probably waiting
 		}
@@ -491,6 +516,10 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		case <-wake:
 			timer.Stop()
 			chasing, repoll = true, 0
+			if wait := r.cfg.Gather - time.Since(lastStart); wait > 0 && !sleep(ctx, wait) {
+				r.stop(conn)
+				return nil
+			}
 		case <-timer.C:
 			// After a re-poll delay keep chasing; after a plain poll not.
 			chasing = repoll > 0
@@ -777,6 +806,14 @@ func (r *Runner) catchUp(ctx context.Context, conn *pgx.Conn, until event.Positi
 	return nil
 }
 
+// readSize is how many events the next read asks for.
+func (r *Runner) readSize() int {
+	if r.catchingUp {
+		return r.cfg.CatchUpBatch
+	}
+	return r.cfg.BatchSize
+}
+
 // step reads one batch after the checkpoint and applies it in one
 // transaction. It returns how many events it applied (0: none visible).
 func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
@@ -788,18 +825,18 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	var decoded *sharedBatch
 	var err error
 	if sh := r.cfg.Shared; sh != nil && sh.registry == r.cfg.Registry {
-		decoded, err = sh.read(ctx, r, r.checkpoint, r.cfg.BatchSize, r.catchingUp)
+		decoded, err = sh.read(ctx, r, r.checkpoint, r.readSize(), r.catchingUp)
 		if decoded != nil {
 			recs = decoded.recs
 		}
 	} else {
-		recs, err = r.log.ReadAll(ctx, r.checkpoint, r.cfg.BatchSize)
+		recs, err = r.log.ReadAll(ctx, r.checkpoint, r.readSize())
 	}
 	if err != nil {
 		r.catchingUp = false
 		return 0, fmt.Errorf("read log after %s: %w", r.checkpoint, err)
 	}
-	r.catchingUp = len(recs) == r.cfg.BatchSize
+	r.catchingUp = len(recs) == r.readSize()
 	if !r.until.IsZero() {
 		k := len(recs)
 		for k > 0 && r.until.Less(recs[k-1].Position) {

@@ -74,6 +74,12 @@ func Classify(err error) *Error {
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
+	case errors.Is(err, context.Canceled):
+		// The client went away (checked first: a database call it
+		// interrupted also looks "unavailable"); nobody reads this answer.
+		// 499 (nginx's "client closed request") keeps it out of the 5xx
+		// counts.
+		return Errorf(499, "canceled", "the request was canceled")
 	case errors.Is(err, eventstore.ErrVersionConflict):
 		return Errorf(http.StatusConflict, CodeVersionConflict, "the order was changed by another request: reload it and retry")
 	case errors.Is(err, domain.ErrInvalid):
@@ -85,10 +91,6 @@ func Classify(err error) *Error {
 	case errors.Is(err, eventstore.ErrUnavailable), db.IsUnavailable(err):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the service is temporarily unavailable: retry later", RetryAfter: unavailableRetry}
-	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads this answer. 499 (nginx's
-		// "client closed request") keeps it out of the 5xx counts.
-		return Errorf(499, "canceled", "the request was canceled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the request took too long: retry later", RetryAfter: unavailableRetry}
