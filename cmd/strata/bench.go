@@ -20,6 +20,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	only := fs.String("workloads", "", "comma-separated subset of: "+strings.Join(bench.Names(), ","))
 	runs := fs.Int("runs", 0, "repetitions per variant (default 3, quick 1)")
 	dur := fs.Duration("duration", 0, "measured time per run (default 10s, quick 2s)")
+	pgStats := fs.Int("pg-stats", 0, "load pg_stat_statements and print each workload's top N statements by execution time")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -36,6 +37,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *only != "" {
 		cfg.Workloads = strings.Split(*only, ",")
 	}
+	cfg.PGStats = *pgStats
 	cfg.Progress = stderr
 	if exe, err := os.Executable(); err == nil {
 		cfg.StrataPath = exe

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -27,6 +28,10 @@ type Config struct {
 	Workloads  []string      // names to run; empty = all
 	Progress   io.Writer     // progress lines
 	StrataPath string        // binary used for end-to-end workloads (strata serve)
+	// PGStats, when above zero, loads pg_stat_statements and prints each
+	// workload's top PGStats statements by execution time: where
+	// PostgreSQL's time went, next to the throughput it explains.
+	PGStats int
 }
 
 // Full is the configuration of `make bench`.
@@ -152,24 +157,34 @@ func Execute(ctx context.Context, dir string, cfg Config) (*Report, error) {
 		selected[w] = true
 	}
 	env := &Env{cfg: cfg}
+	settings := maps.Clone(Settings)
+	if cfg.PGStats > 0 {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+	}
 	env.logf("starting a throwaway PostgreSQL in %s", dir)
-	srv, err := pgembed.Start(ctx, pgembed.Config{DataDir: dir, Mode: pgembed.Child, Settings: Settings})
+	srv, err := pgembed.Start(ctx, pgembed.Config{DataDir: dir, Mode: pgembed.Child, Settings: settings})
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
 	env.Server = srv
-	rep := &Report{StartedAt: start.UTC(), Config: cfg, Machine: machine(), PostgreSQL: Settings}
+	rep := &Report{StartedAt: start.UTC(), Config: cfg, Machine: machine(), PostgreSQL: settings}
 	for _, w := range workloads {
 		if len(selected) > 0 && !selected[w.name] {
 			continue
 		}
 		env.logf("== %s", w.name)
+		if err := env.resetPGStats(ctx); err != nil {
+			return rep, fmt.Errorf("pg_stat_statements: %w", err)
+		}
 		res, err := w.run(ctx, env)
 		if err != nil {
 			return rep, fmt.Errorf("workload %s: %w", w.name, err)
 		}
 		rep.Results = append(rep.Results, res...)
+		if err := env.printPGStats(ctx, w.name); err != nil {
+			return rep, fmt.Errorf("pg_stat_statements: %w", err)
+		}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	return rep, nil
