@@ -146,8 +146,10 @@ RETURNING parked_streams, NOT pg_try_advisory_xact_lock_shared($8::int, $9::int)
 // errCheckpointMoved: the checkpoint is not where this runner left it.
 var errCheckpointMoved = errors.New("checkpoint moved by another runner")
 
-// recordError marks the projection failed, outside the failed transaction.
-func recordError(ctx context.Context, conn *pgx.Conn, name string, cause error) error {
+// RecordCheckpointError marks the checkpoint named name failed, outside the
+// failed transaction. The relay, whose checkpoint lives in the same table,
+// uses it too.
+func RecordCheckpointError(ctx context.Context, conn *pgx.Conn, name string, cause error) error {
 	msg := cause.Error()
 	if len(msg) > 2000 {
 		msg = strings.ToValidUTF8(msg[:2000], "")
@@ -157,9 +159,9 @@ WHERE projection = $1`, name, msg)
 	return err
 }
 
-// recordStopped marks a projection stopped on a graceful shutdown, unless
-// it stopped on an error (which stays visible).
-func recordStopped(ctx context.Context, conn *pgx.Conn, name string) error {
+// RecordCheckpointStopped marks the checkpoint named name stopped on a
+// graceful shutdown, unless it stopped on an error (which stays visible).
+func RecordCheckpointStopped(ctx context.Context, conn *pgx.Conn, name string) error {
 	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'stopped', updated_at = now()
 WHERE projection = $1 AND status = 'running'`, name)
 	return err

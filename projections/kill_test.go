@@ -17,6 +17,7 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
+	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/internal/testdb"
 )
 
@@ -148,7 +149,7 @@ func catchUpRetrying(ctx context.Context, r *Runner, until event.Position) error
 		if !errors.Is(err, ErrLeaseHeld) {
 			return err
 		}
-		if !sleep(ctx, 5*time.Millisecond) {
+		if !pgsession.Sleep(ctx, 5*time.Millisecond) {
 			return ctx.Err()
 		}
 	}

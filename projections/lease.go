@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/pgsession"
 )
 
 // Leases are session-level advisory locks in the two-key form
@@ -33,32 +33,11 @@ const leaseClass int32 = 0x53545250 // "STRP"
 // a tool that dies never leaves a projection paused.
 const pauseClass int32 = 0x53545251 // "STRQ"
 
+// lease is the family of the runners' leases.
+var lease = pgsession.Lease{Class: leaseClass, Namespace: "strata-projection"}
+
 // leaseKey maps a projection name onto the lock's second key.
-func leaseKey(name string) int32 {
-	h := fnv.New32a()
-	h.Write([]byte("strata-projection\x00" + name))
-	return int32(h.Sum32())
-}
-
-func tryLease(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, leaseClass, leaseKey(name)).Scan(&ok); err != nil {
-		return false, fmt.Errorf("take lease of %s: %w", name, err)
-	}
-	return ok, nil
-}
-
-// releaseLease gives the lease back before the session ends, so that the
-// next runner need not wait for the server to notice the closed
-// connection. Best effort: ending the session releases it anyway.
-func releaseLease(conn *pgx.Conn, name string) {
-	if conn == nil || conn.IsClosed() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, leaseClass, leaseKey(name))
-}
+func leaseKey(name string) int32 { return lease.Key(name) }
 
 // heldLeases returns the lease keys held in the current database, by any
 // session of any role (pg_locks is readable by everyone), and the keys
@@ -140,7 +119,7 @@ func AcquireExclusive(ctx context.Context, pool *pgxpool.Pool, key string, wait 
 	}
 	conn := c.Hijack()
 	fail := func(err error) (*Exclusive, error) {
-		closeConn(conn)
+		pgsession.Close(conn)
 		return nil, err
 	}
 	// Runners probe the pause lock with shared tries that last a statement
@@ -185,8 +164,8 @@ func (x *Exclusive) Release() {
 	if x == nil || x.conn == nil {
 		return
 	}
-	releaseLease(x.conn, x.key)
-	closeConn(x.conn)
+	lease.Release(x.conn, x.key)
+	pgsession.Close(x.conn)
 	x.conn = nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/strata-es/strata/internal/pgsession"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel on which appends are announced
@@ -62,16 +64,16 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, wake *Signal, logger *slog.
 			if ctx.Err() == nil {
 				logger.Warn("cannot connect to listen for new events; runners poll meanwhile", "error", err.Error())
 			}
-			sleep(ctx, retry)
+			pgsession.Sleep(ctx, retry)
 			continue
 		}
 		conn := c.Hijack()
 		if _, err := conn.Exec(ctx, `LISTEN `+NotifyChannel); err != nil {
-			closeConn(conn)
+			pgsession.Close(conn)
 			if ctx.Err() == nil {
 				logger.Warn("cannot listen for new events; runners poll meanwhile", "error", err.Error())
 			}
-			sleep(ctx, retry)
+			pgsession.Sleep(ctx, retry)
 			continue
 		}
 		wake.Fire()
@@ -81,10 +83,10 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, wake *Signal, logger *slog.
 			}
 			wake.Fire()
 		}
-		closeConn(conn)
+		pgsession.Close(conn)
 		if ctx.Err() == nil {
 			logger.Warn("lost the connection listening for new events; reconnecting", "error", err.Error())
-			sleep(ctx, retry)
+			pgsession.Sleep(ctx, retry)
 		}
 	}
 	return nil

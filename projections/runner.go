@@ -18,6 +18,7 @@ import (
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
+	"github.com/strata-es/strata/internal/pgsession"
 )
 
 // FailpointBeforeCommit names the failpoint between a batch's read-model
@@ -332,19 +333,19 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
 	r.setState(StateStarting)
 	var conn *pgx.Conn
-	defer func() { closeConn(conn) }()
+	defer func() { pgsession.Close(conn) }()
 	standbyLogged, pausedLogged := false, false
 	failures := 0 // consecutive sessions that ended early
 	for ctx.Err() == nil {
 		if conn == nil || conn.IsClosed() {
-			closeConn(conn)
+			pgsession.Close(conn)
 			conn = nil
 			c, err := r.connect(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					r.logger.Warn("projection runner cannot connect; retrying", "error", err.Error(), "retry_in", r.cfg.LeaseRetry.String())
 				}
-				sleep(ctx, r.cfg.LeaseRetry)
+				pgsession.Sleep(ctx, r.cfg.LeaseRetry)
 				continue
 			}
 			conn = c
@@ -356,21 +357,21 @@ func (r *Runner) Run(ctx context.Context) error {
 				pausedLogged = true
 			}
 			r.setState(StatePaused)
-			sleep(ctx, pauseRetry)
+			pgsession.Sleep(ctx, pauseRetry)
 			continue
 		}
 		pausedLogged = false
 		var ok bool
 		if err == nil {
-			ok, err = tryLease(ctx, conn, r.key)
+			ok, err = lease.Try(ctx, conn, r.key)
 		}
 		if err != nil {
-			closeConn(conn)
+			pgsession.Close(conn)
 			conn = nil
 			if ctx.Err() == nil {
 				r.logger.Warn("projection runner cannot take its lease; retrying", "error", err.Error())
 			}
-			sleep(ctx, r.cfg.LeaseRetry)
+			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
 			continue
 		}
 		if !ok {
@@ -379,15 +380,15 @@ func (r *Runner) Run(ctx context.Context) error {
 				r.logger.Info("projection runner on standby: another session holds the lease", "retry_every", r.cfg.LeaseRetry.String())
 				standbyLogged = true
 			}
-			sleep(ctx, r.cfg.LeaseRetry)
+			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
 			continue
 		}
 		standbyLogged = false
 		led := time.Now()
 		err = r.lead(ctx, conn)
 		// Ending the session releases the lease whatever state it is in.
-		releaseLease(conn, r.key)
-		closeConn(conn)
+		lease.Release(conn, r.key)
+		pgsession.Close(conn)
 		conn = nil
 		if ctx.Err() != nil {
 			return nil
@@ -407,7 +408,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		delay := min(100*time.Millisecond<<min(failures, 9), 30*time.Second)
 		failures++
 		r.logger.Warn("projection runner lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
-		sleep(ctx, delay)
+		pgsession.Sleep(ctx, delay)
 	}
 	return nil
 }
@@ -516,7 +517,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		case <-wake:
 			timer.Stop()
 			chasing, repoll = true, 0
-			if wait := r.cfg.Gather - time.Since(lastStart); wait > 0 && !sleep(ctx, wait) {
+			if wait := r.cfg.Gather - time.Since(lastStart); wait > 0 && !pgsession.Sleep(ctx, wait) {
 				r.stop(conn)
 				return nil
 			}
@@ -567,7 +568,7 @@ func (r *Runner) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) wait
 		if left <= 0 {
 			return waitDone
 		}
-		if !sleep(ctx, min(left, r.cfg.PollInterval)) {
+		if !pgsession.Sleep(ctx, min(left, r.cfg.PollInterval)) {
 			return waitStopped
 		}
 		if paused, err := pauseRequested(ctx, conn, r.key); err == nil && paused {
@@ -710,7 +711,7 @@ func (r *Runner) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn ti
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if rerr := recordError(rctx, conn, r.key, err); rerr != nil {
+	if rerr := RecordCheckpointError(rctx, conn, r.key, err); rerr != nil {
 		r.logger.Warn("cannot record the projection's error", "error", rerr.Error())
 	}
 }
@@ -718,7 +719,7 @@ func (r *Runner) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn ti
 func (r *Runner) stop(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := recordStopped(ctx, conn, r.key); err != nil {
+	if err := RecordCheckpointStopped(ctx, conn, r.key); err != nil {
 		r.logger.Warn("cannot record that the projection stopped", "error", err.Error())
 	}
 	r.logger.Info("projection runner stopped", "checkpoint", r.checkpoint.Token())
@@ -737,15 +738,15 @@ func (r *Runner) CatchUp(ctx context.Context, until event.Position) error {
 	if err != nil {
 		return err
 	}
-	defer closeConn(conn)
-	ok, err := tryLease(ctx, conn, r.key)
+	defer pgsession.Close(conn)
+	ok, err := lease.Try(ctx, conn, r.key)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return ErrLeaseHeld
 	}
-	defer releaseLease(conn, r.key)
+	defer lease.Release(conn, r.key)
 	return r.catchUp(ctx, conn, until)
 }
 
@@ -777,7 +778,7 @@ func (r *Runner) catchUp(ctx context.Context, conn *pgx.Conn, until event.Positi
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = recordStopped(sctx, conn, r.key)
+		_ = RecordCheckpointStopped(sctx, conn, r.key)
 	}()
 	r.until = until
 	defer func() { r.until = event.Position{} }()
@@ -798,7 +799,7 @@ func (r *Runner) catchUp(ctx context.Context, conn *pgx.Conn, until event.Positi
 			return nil
 		}
 		// until is not visible yet: an older transaction is still open.
-		if !sleep(ctx, repoll) {
+		if !pgsession.Sleep(ctx, repoll) {
 			return ctx.Err()
 		}
 		repoll = min(2*repoll, 100*time.Millisecond)
@@ -1282,32 +1283,11 @@ func (r *Runner) connect(ctx context.Context) (*pgx.Conn, error) {
 	conn := c.Hijack()
 	if r.cfg.AsyncCommit {
 		if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
-			closeConn(conn)
+			pgsession.Close(conn)
 			return nil, fmt.Errorf("connect: %w", err)
 		}
 	}
 	return conn, nil
-}
-
-func closeConn(conn *pgx.Conn) {
-	if conn == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
-}
-
-// sleep waits for d or ctx; it reports whether the full d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func errString(err error) string {

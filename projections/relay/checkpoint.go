@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/internal/pgsession"
 )
 
 // The relay keeps its checkpoint in projection_checkpoints, like a
@@ -67,22 +65,6 @@ WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text
 	return nil
 }
 
-func recordError(ctx context.Context, conn *pgx.Conn, name string, cause error) error {
-	msg := cause.Error()
-	if len(msg) > 2000 {
-		msg = strings.ToValidUTF8(msg[:2000], "")
-	}
-	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'error', last_error = $2, error_at = now(), updated_at = now()
-WHERE projection = $1`, name, msg)
-	return err
-}
-
-func recordStopped(ctx context.Context, conn *pgx.Conn, name string) error {
-	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'stopped', updated_at = now()
-WHERE projection = $1 AND status = 'running'`, name)
-	return err
-}
-
 // Leases are session-level advisory locks in the two-key form
 // pg_try_advisory_lock(leaseClass, key(name)), held by the session that
 // advances the checkpoint: losing the session loses the lease and the
@@ -90,25 +72,5 @@ WHERE projection = $1 AND status = 'running'`, name)
 // that the two key spaces never collide.
 const leaseClass int32 = 0x5354524C // "STRL"
 
-func leaseKey(name string) int32 {
-	h := fnv.New32a()
-	h.Write([]byte("strata-relay\x00" + name))
-	return int32(h.Sum32())
-}
-
-func tryLease(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, leaseClass, leaseKey(name)).Scan(&ok); err != nil {
-		return false, fmt.Errorf("take lease of %s: %w", name, err)
-	}
-	return ok, nil
-}
-
-func releaseLease(conn *pgx.Conn, name string) {
-	if conn == nil || conn.IsClosed() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, leaseClass, leaseKey(name))
-}
+// lease is the family of the relays' leases.
+var lease = pgsession.Lease{Class: leaseClass, Namespace: "strata-relay"}

@@ -19,6 +19,7 @@ import (
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
+	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -213,12 +214,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				r.logger.Warn("relay cannot connect; retrying", "error", err.Error(), "retry_in", r.cfg.LeaseRetry.String())
 			}
-			sleep(ctx, r.cfg.LeaseRetry)
+			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
 			continue
 		}
-		ok, err := tryLease(ctx, conn, r.name)
+		ok, err := lease.Try(ctx, conn, r.name)
 		if err != nil || !ok {
-			closeConn(conn)
+			pgsession.Close(conn)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				r.logger.Warn("relay cannot take its lease; retrying", "error", err.Error())
@@ -229,14 +230,14 @@ func (r *Relay) Run(ctx context.Context) error {
 					standbyLogged = true
 				}
 			}
-			sleep(ctx, r.cfg.LeaseRetry)
+			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
 			continue
 		}
 		standbyLogged = false
 		led := time.Now()
 		err = r.lead(ctx, conn)
-		releaseLease(conn, r.name)
-		closeConn(conn)
+		lease.Release(conn, r.name)
+		pgsession.Close(conn)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -247,7 +248,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		delay := min(100*time.Millisecond<<min(failures, 9), 30*time.Second)
 		failures++
 		r.logger.Warn("relay lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
-		sleep(ctx, delay)
+		pgsession.Sleep(ctx, delay)
 	}
 	return nil
 }
@@ -285,7 +286,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 			}
 			errDelay = min(max(2*errDelay, r.cfg.MinErrorBackoff), r.cfg.MaxErrorBackoff)
 			r.fail(ctx, conn, err, errDelay)
-			if !sleep(ctx, errDelay) {
+			if !pgsession.Sleep(ctx, errDelay) {
 				r.stop(conn)
 				return nil
 			}
@@ -388,7 +389,7 @@ func (r *Relay) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn tim
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if rerr := recordError(rctx, conn, r.name, err); rerr != nil {
+	if rerr := projections.RecordCheckpointError(rctx, conn, r.name, err); rerr != nil {
 		r.logger.Warn("cannot record the relay's error", "error", rerr.Error())
 	}
 }
@@ -396,7 +397,7 @@ func (r *Relay) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn tim
 func (r *Relay) stop(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := recordStopped(ctx, conn, r.name); err != nil {
+	if err := projections.RecordCheckpointStopped(ctx, conn, r.name); err != nil {
 		r.logger.Warn("cannot record that the relay stopped", "error", err.Error())
 	}
 	r.logger.Info("relay stopped", "checkpoint", r.checkpoint.Token(), "published", r.published.Load())
@@ -414,27 +415,6 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
-
-func closeConn(conn *pgx.Conn) {
-	if conn == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
-}
-
-// sleep waits for d or ctx; it reports whether the full d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 func errString(err error) string {
 	if err == nil {

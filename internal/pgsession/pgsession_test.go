@@ -1,0 +1,86 @@
+package pgsession
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestKeysAreStable pins the keys: processes of two releases run side by
+// side during a rolling deploy, and must agree on who holds a lease.
+func TestKeysAreStable(t *testing.T) {
+	for _, c := range []struct {
+		lease Lease
+		name  string
+		want  int32
+	}{
+		{Lease{0x53545250, "strata-projection"}, "order_details", 1427787431},
+		{Lease{0x5354524C, "strata-relay"}, "relay_strata.events", 1353999346},
+	} {
+		if got := c.lease.Key(c.name); got != c.want {
+			t.Errorf("%s key of %q = %d, want %d", c.lease.Namespace, c.name, got, c.want)
+		}
+	}
+	a, b := Lease{1, "a"}, Lease{1, "b"}
+	if a.Key("x") == b.Key("x") {
+		t.Errorf("namespaces a and b map x onto the same key")
+	}
+}
+
+// TestLeaseIsExclusiveAndReleased: one session holds a name's lease; the
+// next gets it once the holder releases it, or once its session ends.
+func TestLeaseIsExclusiveAndReleased(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { Close(c) })
+		return c
+	}
+	l := Lease{Class: 0x54455354, Namespace: "test"}
+	first, second := connect(), connect()
+	try := func(c *pgx.Conn, name string, want bool) {
+		t.Helper()
+		got, err := l.Try(ctx, c, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("Try(%q) = %v, want %v", name, got, want)
+		}
+	}
+	try(first, "p", true)
+	try(second, "p", false)
+	try(second, "q", true) // another name is another lease
+	l.Release(first, "p")
+	try(second, "p", true)
+	try(first, "p", false)
+	Close(second)
+	try(first, "p", true) // the holder's session ended
+	l.Release(nil, "p")   // harmless
+}
+
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Errorf("Sleep without cancellation reported a cut-short wait")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if Sleep(ctx, time.Hour) {
+		t.Errorf("Sleep on a cancelled context reported the full wait")
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("Sleep on a cancelled context took %v", time.Since(start))
+	}
+}
