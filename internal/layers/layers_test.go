@@ -1,0 +1,150 @@
+// Package layers holds one test: the dependency direction of the whole
+// module, in one table, so that it stays visible and cannot drift package
+// by package. It reads the import lines of every non-test Go file.
+package layers
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/strata-es/strata/"
+
+// rule: the packages at or below Under may import nothing at or below any
+// of Banned (module-relative). StdlibOnly also bans every third-party
+// module: only the standard library and the module's own packages that no
+// Banned entry excludes.
+type rule struct {
+	Under      string
+	Banned     []string
+	Except     []string // Under's packages the rule does not cover
+	StdlibOnly bool
+	Why        string
+}
+
+// adapters are the concrete event stores; only cmd/strata wires them,
+// plus the tools that stand up a whole system themselves.
+var adapters = []string{"eventstore/postgres", "eventstore/esdb"}
+
+var rules = []rule{
+	{Under: "domain", StdlibOnly: true,
+		Banned: []string{"eventstore", "commands", "projections", "readmodels", "replay", "internal", "cmd"},
+		Why:    "the domain imports nothing of infrastructure: the standard library and the domain only"},
+	{Under: "eventstore", Except: append([]string{"eventstore/storetest"}, adapters...),
+		Banned: []string{"commands", "projections", "readmodels", "replay", "internal", "cmd"},
+		Why:    "the store port depends on the domain only"},
+	{Under: "commands", Banned: append([]string{"projections", "readmodels", "replay", "cmd"}, adapters...),
+		Why: "the write side knows the store port, not the read side or a concrete store"},
+	{Under: "projections", Banned: append([]string{"commands", "readmodels", "replay", "cmd"}, adapters...),
+		Why: "projections read the log through the port and never reach into the write or query side"},
+	{Under: "readmodels", Banned: append([]string{"commands", "replay", "cmd", "eventstore"}, adapters...),
+		Why: "the query side reads its tables; it never calls the write side"},
+	{Under: "readmodels", Except: []string{"readmodels/queryapi"}, Banned: []string{"projections"},
+		Why: "readmodels reads tables; only the query API needs projections (lag and positions)"},
+	{Under: "replay", Banned: append([]string{"commands", "readmodels", "cmd"}, adapters...),
+		Why: "replay rebuilds through projections and the port"},
+	{Under: "internal", Except: []string{"internal/bench", "internal/chaos"}, Banned: append([]string{"cmd"}, adapters...),
+		Why: "shared infrastructure does not wire concrete stores; bench and chaos stand up whole systems"},
+}
+
+func TestDependencyDirection(t *testing.T) {
+	root := moduleRoot(t)
+	imports := map[string][]string{} // package dir (module-relative) -> "file: import"
+	files := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		files++
+		rel, _ := filepath.Rel(root, path)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		for _, imp := range f.Imports {
+			p, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				return err
+			}
+			imports[dir] = append(imports[dir], filepath.Base(rel)+"\x00"+p)
+		}
+		if _, ok := imports[dir]; !ok {
+			imports[dir] = nil
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 50 {
+		t.Fatalf("read only %d Go files under %s: is this the module root?", files, root)
+	}
+	for _, r := range rules {
+		covered := 0
+		for dir, imps := range imports {
+			if !within(dir, r.Under) || slicesAny(r.Except, func(e string) bool { return within(dir, e) }) {
+				continue
+			}
+			covered++
+			for _, fi := range imps {
+				file, p, _ := strings.Cut(fi, "\x00")
+				own, isOwn := strings.CutPrefix(p, module)
+				switch {
+				case isOwn && slicesAny(r.Banned, func(b string) bool { return within(own, b) }):
+				case !isOwn && r.StdlibOnly && (p == "C" || strings.Contains(strings.Split(p, "/")[0], ".")):
+				default:
+					continue
+				}
+				t.Errorf("%s/%s imports %s: %s", dir, file, p, r.Why)
+			}
+		}
+		if covered == 0 {
+			t.Errorf("rule for %s covers no package: a package moved; update the table", r.Under)
+		}
+	}
+}
+
+// within reports whether the module-relative package dir is pkg or below it.
+func within(dir, pkg string) bool { return dir == pkg || strings.HasPrefix(dir, pkg+"/") }
+
+func slicesAny(s []string, f func(string) bool) bool {
+	for _, v := range s {
+		if f(v) {
+			return true
+		}
+	}
+	return false
+}
+
+func moduleRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module "+strings.TrimSuffix(module, "/")+"\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod of " + module + " above the test's directory")
+		}
+		dir = parent
+	}
+}
