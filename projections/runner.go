@@ -335,7 +335,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	var conn *pgx.Conn
 	defer func() { pgsession.Close(conn) }()
 	standbyLogged, pausedLogged := false, false
-	failures := 0 // consecutive sessions that ended early
+	var backoff pgsession.Backoff
 	for ctx.Err() == nil {
 		if conn == nil || conn.IsClosed() {
 			pgsession.Close(conn)
@@ -400,13 +400,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		}
 		r.setState(StateStarting)
-		// Reconnect at once after a long run; back off when sessions keep
-		// failing right away (say, the schema is not migrated yet).
-		if time.Since(led) > 10*time.Second {
-			failures = 0
-		}
-		delay := min(100*time.Millisecond<<min(failures, 9), 30*time.Second)
-		failures++
+		delay := backoff.After(time.Since(led))
 		r.logger.Warn("projection runner lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
 		pgsession.Sleep(ctx, delay)
 	}

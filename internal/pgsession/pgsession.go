@@ -74,3 +74,20 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Backoff spaces the reconnections of a worker whose session ended: the
+// first after 100 ms, doubling while sessions keep failing right away (say,
+// the schema is not migrated yet) up to 30 s, and back to 100 ms after a
+// session that lasted more than 10 s.
+type Backoff struct{ failures int }
+
+// After returns the pause before the next session, given how long the one
+// that just ended lasted.
+func (b *Backoff) After(lasted time.Duration) time.Duration {
+	if lasted > 10*time.Second {
+		b.failures = 0
+	}
+	d := min(100*time.Millisecond<<min(b.failures, 9), 30*time.Second)
+	b.failures++
+	return d
+}

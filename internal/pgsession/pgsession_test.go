@@ -2,6 +2,7 @@ package pgsession
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,5 +83,25 @@ func TestSleep(t *testing.T) {
 	}
 	if time.Since(start) > time.Second {
 		t.Errorf("Sleep on a cancelled context took %v", time.Since(start))
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	var b Backoff
+	var got []time.Duration
+	for range 11 {
+		got = append(got, b.After(time.Second))
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
+		1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond, 12800 * time.Millisecond,
+		25600 * time.Millisecond, 30 * time.Second, 30 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("pauses after short sessions = %v, want %v", got, want)
+	}
+	if d := b.After(11 * time.Second); d != 100*time.Millisecond {
+		t.Errorf("pause after a session that lasted = %v, want 100ms", d)
+	}
+	if d := b.After(time.Second); d != 200*time.Millisecond {
+		t.Errorf("pause after the next short session = %v, want 200ms", d)
 	}
 }

@@ -207,7 +207,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.setState(projections.StateStopped)
 	r.setState(projections.StateStarting)
 	standbyLogged := false
-	failures := 0
+	var backoff pgsession.Backoff
 	for ctx.Err() == nil {
 		conn, err := r.connect(ctx)
 		if err != nil {
@@ -242,11 +242,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		r.setState(projections.StateStarting)
-		if time.Since(led) > 10*time.Second {
-			failures = 0
-		}
-		delay := min(100*time.Millisecond<<min(failures, 9), 30*time.Second)
-		failures++
+		delay := backoff.After(time.Since(led))
 		r.logger.Warn("relay lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
 		pgsession.Sleep(ctx, delay)
 	}
