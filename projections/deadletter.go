@@ -491,38 +491,16 @@ WHERE projection = $1 RETURNING parked_streams`, key, streams, int64(len(ids))).
 		return row.Scan(&counter)
 	})
 
-	br := conn.SendBatch(ctx, b)
-	tx := br.Tx()
-	committed := false
-	defer func() {
-		if !committed {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = tx.Rollback(rctx)
-		}
-	}()
-	for k, qq := range b.QueuedQueries {
-		var err error
-		if qq.Fn != nil {
-			err = qq.Fn(br)
-		} else {
-			_, err = br.Exec()
-		}
-		if err != nil {
-			br.Close()
+	if err := sendTx(ctx, conn, b, nil, func(k int, err error) error {
+		if k >= 0 {
 			if o := owner[k]; o >= 0 {
 				return &EventError{Projection: p.Name(), Index: o, Event: evs[o].Record, Err: err}
 			}
-			return fmt.Errorf("retry %s/%s for %s: %w", tenant, stream, p.Name(), err)
 		}
-	}
-	if err := br.Close(); err != nil {
 		return fmt.Errorf("retry %s/%s for %s: %w", tenant, stream, p.Name(), err)
+	}); err != nil {
+		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("retry %s/%s for %s: commit: %w", tenant, stream, p.Name(), err)
-	}
-	committed = true
 	out.Applied = ids
 	out.parkedStreams = counter
 	if fail == nil {

@@ -1223,6 +1223,27 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 		lo = hi
 	}
 
+	err := sendTx(ctx, conn, b, func() { failpoint.Hit(FailpointBeforeCommit) }, func(k int, err error) error {
+		if k >= 0 {
+			switch o := owner[k]; {
+			case o >= 0:
+				return r.eventError(o, recs[o], err)
+			case o == ownerGroup:
+				return &setBasedError{err}
+			}
+		}
+		return fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
+	})
+	return res, err
+}
+
+// sendTx sends b, whose first query begins a transaction, in one round
+// trip, reads every queued query's result (through its callback, if any)
+// and commits, calling beforeCommit (when set) just before. On any failure
+// it rolls back, even when ctx has ended, and returns queryErr(k, err):
+// k is the failing query's index, or -1 when ending the batch or the
+// commit failed.
+func sendTx(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, beforeCommit func(), queryErr func(k int, err error) error) error {
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	committed := false
@@ -1242,24 +1263,20 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 		}
 		if err != nil {
 			br.Close()
-			switch o := owner[k]; {
-			case o >= 0:
-				return res, r.eventError(o, recs[o], err)
-			case o == ownerGroup:
-				return res, &setBasedError{err}
-			}
-			return res, fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
+			return queryErr(k, err)
 		}
 	}
 	if err := br.Close(); err != nil {
-		return res, fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
+		return queryErr(-1, err)
 	}
-	failpoint.Hit(FailpointBeforeCommit)
+	if beforeCommit != nil {
+		beforeCommit()
+	}
 	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("projection %s: commit batch: %w", r.proj.Name(), err)
+		return queryErr(-1, fmt.Errorf("commit: %w", err))
 	}
 	committed = true
-	return res, nil
+	return nil
 }
 
 func (r *Runner) eventError(i int, rec event.Record, err error) error {
