@@ -58,6 +58,11 @@ type R1Config struct {
 	// that besides the random kills the active projector is also killed
 	// exactly between a batch's read-model writes and its commit (0: off).
 	FailpointMin, FailpointMax int
+	// FailpointFirst, when above zero, arms the first incarnation of each
+	// process on a hit in 1..FailpointFirst instead: however the batches
+	// fall (a loaded machine applies fewer, larger ones), the active
+	// projector dies at its failpoint early in the run at least once.
+	FailpointFirst int
 	// CatchUp is the most the projections may take to reach the head of
 	// the log after the last restart (or the end of the load, if later).
 	CatchUp time.Duration
@@ -156,7 +161,7 @@ func Full() Config {
 		PGPort:    55439,
 		Scenarios: AllScenarios,
 		R1: R1Config{Load: load, Processes: 2, KillMin: 3 * time.Second, KillMax: 7 * time.Second,
-			FailpointMin: 100, FailpointMax: 1200, CatchUp: 10 * time.Second},
+			FailpointMin: 100, FailpointMax: 1200, FailpointFirst: 50, CatchUp: 10 * time.Second},
 		R2: R2Config{Load: r2load, Processes: 2, Crashes: 3, FirstCrash: 10 * time.Second, Every: 20 * time.Second,
 			Down: 2 * time.Second, FirstSuccess: 15 * time.Second, CatchUp: 10 * time.Second},
 		R5: R5Config{Load: r5load, Processes: 2, HoldAt: 7 * time.Second, HoldFor: 30 * time.Second,
@@ -178,7 +183,7 @@ func Short() Config {
 		RequestTimeout: 10 * time.Second, RetryFor: 30 * time.Second}
 	c.R1.MaxKills = 2
 	c.R1.KillMin, c.R1.KillMax = 2*time.Second, 3*time.Second
-	c.R1.FailpointMin, c.R1.FailpointMax = 40, 200
+	c.R1.FailpointMin, c.R1.FailpointMax, c.R1.FailpointFirst = 40, 200, 10
 	c.R11 = R11Config{Requests: 300, Workers: 2}
 	c.R12 = R12Config{Queries: 300, Workers: 2}
 	return c
@@ -225,8 +230,8 @@ func (c Config) Validate() error {
 			if c.R1.Processes < 1 || c.R1.KillMin <= 0 || c.R1.KillMax < c.R1.KillMin {
 				errs = append(errs, errors.New("R1: want at least one process and 0 < kill min <= kill max"))
 			}
-			if c.R1.FailpointMin < 0 || c.R1.FailpointMax < c.R1.FailpointMin || (c.R1.FailpointMin == 0) != (c.R1.FailpointMax == 0) {
-				errs = append(errs, errors.New("R1: want 0 < failpoint min <= failpoint max, or both 0"))
+			if c.R1.FailpointMin < 0 || c.R1.FailpointMax < c.R1.FailpointMin || (c.R1.FailpointMin == 0) != (c.R1.FailpointMax == 0) || c.R1.FailpointFirst < 0 || (c.R1.FailpointFirst > 0 && c.R1.FailpointMax == 0) {
+				errs = append(errs, errors.New("R1: want 0 < failpoint min <= failpoint max, or both 0, and failpoint first >= 0, only with them"))
 			}
 		case R2:
 			check(R2, c.R2.Load)

@@ -202,9 +202,14 @@ func (e *env) runR1(ctx context.Context, r *Result) error {
 	if cfg.FailpointMax > 0 {
 		armRng := e.rng(R1, "failpoints")
 		var mu sync.Mutex
+		armed := 0
 		arm = func() string {
 			mu.Lock()
 			defer mu.Unlock()
+			armed++
+			if armed <= cfg.Processes && cfg.FailpointFirst > 0 { // each process's first incarnation
+				return fmt.Sprintf("projector.before-commit=%d", 1+armRng.IntN(cfg.FailpointFirst))
+			}
 			return fmt.Sprintf("projector.before-commit=%d", cfg.FailpointMin+armRng.IntN(cfg.FailpointMax-cfg.FailpointMin+1))
 		}
 	}

@@ -66,9 +66,25 @@ func TestLeaseIsExclusiveAndReleased(t *testing.T) {
 	l.Release(first, "p")
 	try(second, "p", true)
 	try(first, "p", false)
+	// The holder's session ends: the server lets the lock go once its
+	// backend has exited, which happens after the client hangs up (the
+	// backend releases its locks before it leaves pg_stat_activity).
+	pid := second.PgConn().PID()
 	Close(second)
-	try(first, "p", true) // the holder's session ended
-	l.Release(nil, "p")   // harmless
+	for {
+		var alive bool
+		if err := first.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, int32(pid)).Scan(&alive); err != nil {
+			t.Fatal(err)
+		}
+		if !alive {
+			break
+		}
+		if !Sleep(ctx, 10*time.Millisecond) {
+			t.Fatalf("the closed session's backend (pid %d) is still there", pid)
+		}
+	}
+	try(first, "p", true)
+	l.Release(nil, "p") // harmless
 }
 
 func TestSleep(t *testing.T) {
