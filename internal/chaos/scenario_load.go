@@ -303,7 +303,12 @@ func (e *env) runR2(ctx context.Context, r *Result) error {
 		return err
 	}
 	defer s.sup.Stop(5 * time.Second)
-	type outage struct{ down, up time.Time }
+	// An outage: PostgreSQL is certainly down from down (the postmaster
+	// is gone) to restart (the harness starts it again); from restart to
+	// up it is recovering and may answer at any moment, so a success
+	// then is legitimate; up is when the harness saw it accept
+	// connections.
+	type outage struct{ down, restart, up time.Time }
 	var mu sync.Mutex
 	var outages []outage
 	var crashErr error
@@ -331,6 +336,7 @@ func (e *env) runR2(ctx context.Context, r *Result) error {
 			// be rejected.
 			down := time.Now()
 			time.Sleep(cfg.Down)
+			restart := time.Now()
 			if err := e.pg.Restart(ctx); err != nil {
 				crashErr = err
 				return
@@ -338,7 +344,7 @@ func (e *env) runR2(ctx context.Context, r *Result) error {
 			up := time.Now()
 			e.logf("R2: crash %d: PostgreSQL accepts connections again after %s", i+1, up.Sub(down).Round(time.Millisecond))
 			mu.Lock()
-			outages = append(outages, outage{down, up})
+			outages = append(outages, outage{down, restart, up})
 			mu.Unlock()
 		}
 	}()
@@ -361,7 +367,7 @@ func (e *env) runR2(ctx context.Context, r *Result) error {
 	for i, o := range outages {
 		var first time.Time
 		for _, a := range attempts {
-			if a.Status != 0 && !a.Start.Before(o.down) && !a.End.After(o.up) {
+			if a.Status != 0 && !a.Start.Before(o.down) && !a.End.After(o.restart) {
 				if a.Status == http.StatusServiceUnavailable {
 					unavailable++
 					if !a.RetryAfter {
@@ -371,7 +377,7 @@ func (e *env) runR2(ctx context.Context, r *Result) error {
 					notUnavailable++
 					if len(notes) < 5 {
 						notes = append(notes, fmt.Sprintf("while down: %d %s (attempt %s..%s, PostgreSQL down %s..%s)", a.Status, a.Code,
-							a.Start.Format("15:04:05.000"), a.End.Format("15:04:05.000"), o.down.Format("15:04:05.000"), o.up.Format("15:04:05.000")))
+							a.Start.Format("15:04:05.000"), a.End.Format("15:04:05.000"), o.down.Format("15:04:05.000"), o.restart.Format("15:04:05.000")))
 					}
 				}
 			}
