@@ -3,21 +3,15 @@ package projections
 import (
 	"context"
 	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )
 
@@ -66,7 +60,7 @@ func TestCatchUpThroughput(t *testing.T) {
 	}
 	store := postgres.New(d.App, d.Projector)
 	head := lastPosition(ctx, t, store)
-	cpuPG0, cpuGo0 := clusterCPU(t, priv.Server.DataDir()), processCPU()
+	cpu := pgtest.StartCPU(t, priv.Server.DataDir())
 	var wg sync.WaitGroup
 	projs := All()
 	if *catchupOnly != "" {
@@ -94,7 +88,6 @@ func TestCatchUpThroughput(t *testing.T) {
 	}
 	wg.Wait()
 	total := time.Since(began)
-	cpuPG, cpuGo := clusterCPU(t, priv.Server.DataDir())-cpuPG0, processCPU()-cpuGo0
 	for i, p := range projs {
 		t.Logf("  %-17s %8s  %8.0f events/s", p.Name(), took[i].Round(time.Millisecond), float64(len(evs))/took[i].Seconds())
 	}
@@ -104,12 +97,7 @@ func TestCatchUpThroughput(t *testing.T) {
 		st := shared.Stats()
 		t.Logf("shared reads: %d batches read from the log, %d shared", st.Reads, st.Shared)
 	}
-	// Wall-clock figures depend on what else runs on the machine; the CPU
-	// spent is a steadier measure of the work itself.
-	perEvent := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(len(evs)) }
-	t.Logf("CPU: PostgreSQL %s (%.1f us/event), strata %s (%.1f us/event); on %d otherwise idle cores that is at most %.0f events/s",
-		cpuPG.Round(time.Millisecond), perEvent(cpuPG), cpuGo.Round(time.Millisecond), perEvent(cpuGo),
-		runtime.NumCPU(), float64(runtime.NumCPU())*1e6/(perEvent(cpuPG)+perEvent(cpuGo)))
+	cpu.Log(len(evs))
 
 	if *catchupPgStat {
 		logTopStatements(ctx, t, d.AdminURL)
@@ -149,56 +137,4 @@ FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15`)
 		}
 		t.Logf("%10d %9d %8d %10d  %s", calls, total, mean, n, q)
 	}
-}
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// clusterCPU is the CPU time used so far by a PostgreSQL cluster: its
-// postmaster (including the backends it has reaped) and its live children,
-// from /proc (Linux; 0 elsewhere).
-func clusterCPU(t *testing.T, dataDir string) time.Duration {
-	raw, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		t.Logf("no CPU figures: %v", err)
-		return 0
-	}
-	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
-	if err != nil {
-		return 0
-	}
-	const ticks = 100 // USER_HZ
-	stat := func(pid int) []string {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return nil
-		}
-		s := string(b)
-		return strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from 3 (state) on
-	}
-	num := func(f []string, field int) int64 { // field as numbered in proc(5)
-		n, _ := strconv.ParseInt(f[field-3], 10, 64)
-		return n
-	}
-	var total int64
-	if f := stat(postmaster); f != nil {
-		total += num(f, 14) + num(f, 15) + num(f, 16) + num(f, 17)
-	}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		if f := stat(pid); f != nil && num(f, 4) == int64(postmaster) {
-			total += num(f, 14) + num(f, 15)
-		}
-	}
-	return time.Duration(total) * time.Second / ticks
 }

@@ -3,16 +3,12 @@ package replay_test
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/replay"
@@ -75,12 +71,11 @@ func TestRebuildThroughput(t *testing.T) {
 		}
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(400)) // as `strata replay rebuild` does
-	cpuPG0, cpuGo0 := clusterCPU(t, priv.Server.DataDir()), processCPU()
+	cpu := pgtest.StartCPU(t, priv.Server.DataDir())
 	res, err := svc.Rebuild(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpuPG, cpuGo := clusterCPU(t, priv.Server.DataDir())-cpuPG0, processCPU()-cpuGo0
 	for _, p := range res.Projections {
 		t.Logf("  %-17s %8s  %8.0f events/s", p.Name, p.Elapsed.Round(time.Millisecond), float64(p.Events)/p.Elapsed.Seconds())
 	}
@@ -93,10 +88,7 @@ func TestRebuildThroughput(t *testing.T) {
 		}
 	}
 	t.Logf("phases (first projection to enter each): build from 0s, %s", strings.Join(marks, ", "))
-	perEvent := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-	t.Logf("CPU: PostgreSQL %s (%.1f us/event), strata %s (%.1f us/event); on %d otherwise idle cores that is at most %.0f events/s",
-		cpuPG.Round(time.Millisecond), perEvent(cpuPG), cpuGo.Round(time.Millisecond), perEvent(cpuGo),
-		runtime.NumCPU(), float64(runtime.NumCPU())*1e6/(perEvent(cpuPG)+perEvent(cpuGo)))
+	cpu.Log(n)
 	if res.Events < int64(n) {
 		t.Errorf("the rebuild read %d events, the log holds %d", res.Events, n)
 	}
@@ -107,56 +99,4 @@ func TestRebuildThroughput(t *testing.T) {
 			t.Fatalf("rebuilt rows differ from a fresh rebuild:\n%s", diffLines(want, got))
 		}
 	}
-}
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// clusterCPU is the CPU time used so far by a PostgreSQL cluster (its
-// postmaster with the backends it reaped, and its live children), from
-// /proc (Linux; 0 elsewhere).
-func clusterCPU(t *testing.T, dataDir string) time.Duration {
-	raw, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		t.Logf("no CPU figures: %v", err)
-		return 0
-	}
-	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
-	if err != nil {
-		return 0
-	}
-	const ticks = 100 // USER_HZ
-	stat := func(pid int) []string {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return nil
-		}
-		s := string(b)
-		return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	}
-	num := func(f []string, field int) int64 {
-		v, _ := strconv.ParseInt(f[field-3], 10, 64)
-		return v
-	}
-	var total int64
-	if f := stat(postmaster); f != nil {
-		total += num(f, 14) + num(f, 15) + num(f, 16) + num(f, 17)
-	}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		if f := stat(pid); f != nil && num(f, 4) == int64(postmaster) {
-			total += num(f, 14) + num(f, 15)
-		}
-	}
-	return time.Duration(total) * time.Second / ticks
 }
