@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/internal/pgstat"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )
@@ -56,7 +57,15 @@ func TestCatchUpThroughput(t *testing.T) {
 	t.Logf("seeded %d events (%d orders, %d tenants) in %s", len(evs), orders, *catchupTenants, time.Since(began).Round(time.Millisecond))
 
 	if *catchupPgStat {
-		adminExec(ctx, t, d.AdminURL, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", "SELECT pg_stat_statements_reset()")
+		conn, err := pgx.Connect(ctx, d.AdminURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = pgstat.Reset(ctx, conn)
+		conn.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	store := postgres.New(d.App, d.Projector)
 	head := lastPosition(ctx, t, store)
@@ -121,20 +130,11 @@ func logTopStatements(ctx context.Context, t *testing.T, adminURL string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT calls, round(total_exec_time)::bigint, round(mean_exec_time * 1000)::bigint, rows,
-       regexp_replace(left(query, 90), '\s+', ' ', 'g')
-FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15`)
+	lines, err := pgstat.Top(ctx, conn, 15)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	t.Logf("%10s %9s %8s %10s  %s", "calls", "total ms", "mean us", "rows", "statement")
-	for rows.Next() {
-		var calls, total, mean, n int64
-		var q string
-		if err := rows.Scan(&calls, &total, &mean, &n, &q); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%10d %9d %8d %10d  %s", calls, total, mean, n, q)
+	for _, l := range lines {
+		t.Log(l)
 	}
 }
