@@ -28,10 +28,10 @@ test: ## run every test against real PostgreSQL (started by the tests unless $$T
 
 FUZZ_TARGETS := \
 	./internal/httpapi:FuzzDecodeStrict ./internal/httpapi:FuzzDecodeJSON \
-	./commands/commandapi:FuzzCreateOrderRequest ./commands/commandapi:FuzzAddLineRequest \
-	./commands/commandapi:FuzzPayRequest ./commands/commandapi:FuzzCancelRequest \
-	./commands/commandapi:FuzzEmptyRequest ./commands/commandapi:FuzzParseIfMatch \
-	./commands/commandapi:FuzzIdempotencyKey ./commands/commandapi:FuzzCommandRoutes \
+	./commands/orders:FuzzCreateOrderRequest ./commands/orders:FuzzAddLineRequest \
+	./commands/orders:FuzzPayRequest ./commands/orders:FuzzCancelRequest \
+	./commands/orders:FuzzEmptyRequest ./commands/commandapi:FuzzParseIfMatch \
+	./commands/commandapi:FuzzIdempotencyKey ./commands/orders:FuzzCommandRoutes \
 	./internal/auth:FuzzParse ./internal/auth:FuzzParseSigned \
 	./domain/event:FuzzParseToken ./domain/event:FuzzTokenRoundTrip
 FUZZTIME ?= 60s

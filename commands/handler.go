@@ -11,14 +11,13 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 )
 
 // Errors of command handling, beyond the domain's rule errors.
 var (
-	// ErrVersionConflict: the order changed since the version the client
-	// named in If-Match, or conflicts outlasted the retries.
+	// ErrVersionConflict: the aggregate changed since the version the
+	// client named in If-Match, or conflicts outlasted the retries.
 	ErrVersionConflict = eventstore.ErrVersionConflict
 	// ErrIdempotencyKeyReused: the key was used before with another request.
 	ErrIdempotencyKeyReused = errors.New("idempotency key was used with a different request")
@@ -26,16 +25,24 @@ var (
 
 // Config tunes a Handler.
 type Config struct {
+	// Registry encodes the events commands decide and decodes the histories
+	// they load. Required: the process's one registry, holding every
+	// module's codecs.
+	Registry *event.Registry
 	// MaxAttempts bounds how often a command is decided and appended when
-	// concurrent writers keep moving the order (no If-Match). Default 10:
-	// each conflict is another writer's success, so n concurrent commands
-	// on one order all succeed when MaxAttempts >= n.
+	// concurrent writers keep moving the aggregate (no If-Match). Default
+	// 10: each conflict is another writer's success, so n concurrent
+	// commands on one aggregate all succeed when MaxAttempts >= n.
 	MaxAttempts int
 	// Now is the clock (tests inject one). Default time.Now.
 	Now func() time.Time
+	// Middleware wraps the execution of every command, outermost first
+	// (telemetry's spans and metrics). It sees every aggregate's commands
+	// alike, through Named.
+	Middleware []Middleware
 	// CacheSize is how many recently written streams' histories are kept
 	// in memory, saving the read before the append of the next command on
-	// the same order (default 10,000; negative disables). Correctness does
+	// the same aggregate (default 10,000; negative disables). Correctness does
 	// not depend on it: appends carry the exact expected version.
 	CacheSize int
 }
@@ -52,20 +59,37 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Handler executes commands against the event store.
-type Handler struct {
-	store    eventstore.Store
-	idem     eventstore.IdempotencyStore
-	registry *event.Registry
-	cfg      Config
-	cache    *historyCache
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	if c.Registry == nil {
+		return errors.New("commands: Config.Registry is required (the process's event registry)")
+	}
+	return nil
 }
 
-// NewHandler returns a handler. idem may be nil when idempotency keys are
-// not supported by the deployment (requests with a key then fail).
-func NewHandler(store eventstore.Store, idem eventstore.IdempotencyStore, cfg Config) *Handler {
+// Handler executes commands on aggregates of one type against the event
+// store: load (or take the cached history), decide, append with the loaded
+// version as the expected one, retry conflicts, and record idempotency
+// outcomes atomically with the append.
+type Handler[A any] struct {
+	agg   Aggregate[A]
+	store eventstore.Store
+	idem  eventstore.IdempotencyStore
+	cfg   Config
+	cache *historyCache
+}
+
+var _ Executor[int] = (*Handler[int])(nil)
+
+// NewHandler returns a handler for the aggregate agg. idem may be nil when
+// idempotency keys are not supported by the deployment (requests with a
+// key then fail).
+func NewHandler[A any](agg Aggregate[A], store eventstore.Store, idem eventstore.IdempotencyStore, cfg Config) (*Handler[A], error) {
 	cfg.setDefaults()
-	return &Handler{store: store, idem: idem, registry: order.Registry, cfg: cfg, cache: newHistoryCache(cfg.CacheSize)}
+	if err := errors.Join(agg.Validate(), cfg.Validate()); err != nil {
+		return nil, err
+	}
+	return &Handler[A]{agg: agg, store: store, idem: idem, cfg: cfg, cache: newHistoryCache(cfg.CacheSize)}, nil
 }
 
 // Idempotency carries an Idempotency-Key and how to render the outcome
@@ -93,7 +117,8 @@ type Options struct {
 
 // Result is the outcome of a command.
 type Result struct {
-	OrderID  string
+	// ID is the aggregate's (the command's target).
+	ID       string
 	Version  int64
 	Position event.Position
 	// Replayed holds the stored response when the command was already
@@ -105,8 +130,26 @@ type Result struct {
 // command ID.
 var eventIDSpace = uuid.MustParse("6f1c1b3a-5d1e-4f5e-9a0b-2c7d8e9f0a1b")
 
-// Handle executes cmd for the tenant in ctx.
-func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result, error) {
+// HandleFunc executes one command.
+type HandleFunc func(ctx context.Context, cmd Named, opts Options) (Result, error)
+
+// Middleware wraps a HandleFunc: it may change the context and options
+// (e.g. the trace context events carry) and observe the outcome.
+type Middleware func(next HandleFunc) HandleFunc
+
+// Handle executes cmd for the tenant in ctx, through the middleware.
+func (h *Handler[A]) Handle(ctx context.Context, cmd Command[A], opts Options) (Result, error) {
+	if len(h.cfg.Middleware) == 0 {
+		return h.handle(ctx, cmd, opts)
+	}
+	next := HandleFunc(func(ctx context.Context, _ Named, opts Options) (Result, error) { return h.handle(ctx, cmd, opts) })
+	for i := len(h.cfg.Middleware) - 1; i >= 0; i-- {
+		next = h.cfg.Middleware[i](next)
+	}
+	return next(ctx, cmd, opts)
+}
+
+func (h *Handler[A]) handle(ctx context.Context, cmd Command[A], opts Options) (Result, error) {
 	tenant, ok := domain.TenantFromContext(ctx)
 	if !ok {
 		return Result{}, eventstore.ErrNoTenant
@@ -137,7 +180,7 @@ func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result
 		meta.CorrelationID = commandID
 	}
 
-	stream := order.StreamID(cmd.Target())
+	stream := h.agg.Stream(cmd.Target())
 	for attempt := 1; ; attempt++ {
 		res, err := h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID, attempt == 1)
 		switch {
@@ -148,7 +191,7 @@ func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result
 			res, _, err := h.replay(ctx, tenant, idem)
 			return res, err
 		case errors.Is(err, eventstore.ErrVersionConflict) && opts.ExpectedVersion == nil && attempt < h.cfg.MaxAttempts:
-			// Someone else moved the order between our load and append.
+			// Someone else moved the aggregate between our load and append.
 			// That someone may be a concurrent duplicate of this very
 			// request: its outcome, once recorded, is ours.
 			if idem != nil {
@@ -173,20 +216,12 @@ func (h *Handler) Handle(ctx context.Context, cmd Command, opts Options) (Result
 	}
 }
 
-// streamStarter is implemented by commands that create their stream; on a
-// first attempt without If-Match or an idempotency key they may assume
-// the stream is new and let the append's expectation (no events yet)
-// check it, saving a read.
-type streamStarter interface{ startsStream() bool }
-
-func (CreateOrder) startsStream() bool { return true }
-
-func startsStream(cmd Command) bool {
-	s, ok := cmd.(streamStarter)
-	return ok && s.startsStream()
+func startsStream(cmd any) bool {
+	s, ok := cmd.(StreamStarter)
+	return ok && s.StartsStream()
 }
 
-func (h *Handler) load(ctx context.Context, key cacheKey, cmd Command, opts Options, first bool) ([]event.Record, []event.Payload, error) {
+func (h *Handler[A]) load(ctx context.Context, key cacheKey, cmd Command[A], opts Options, first bool) ([]event.Record, []event.Payload, error) {
 	if first && opts.ExpectedVersion == nil && opts.Idempotency == nil {
 		if payloads, ok := h.cache.get(key); ok {
 			return nil, payloads, nil
@@ -202,23 +237,24 @@ func (h *Handler) load(ctx context.Context, key cacheKey, cmd Command, opts Opti
 	}
 	payloads := make([]event.Payload, len(history))
 	for i, rec := range history {
-		if payloads[i], err = h.registry.DecodeRecord(rec); err != nil {
+		if payloads[i], err = h.cfg.Registry.DecodeRecord(rec); err != nil {
 			return nil, nil, fmt.Errorf("load %s: %w", key.stream, err)
 		}
 	}
 	return history, payloads, nil
 }
 
-func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream string, cmd Command, opts Options, meta event.Metadata, commandID string, first bool) (Result, error) {
+func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream string, cmd Command[A], opts Options, meta event.Metadata, commandID string, first bool) (Result, error) {
 	key := cacheKey{string(tenant), stream}
 	history, payloads, err := h.load(ctx, key, cmd, opts, first)
 	if err != nil {
 		return Result{}, err
 	}
-	o, err := order.Load(payloads)
+	state, err := h.agg.Load(payloads)
 	if err != nil {
 		return Result{}, fmt.Errorf("load %s: %w", stream, err)
 	}
+	version := h.agg.Version(state)
 	if idem := opts.Idempotency; idem != nil {
 		if res, ok := alreadyApplied(history, commandID, cmd.Target()); ok {
 			// An earlier execution of this very command appended its events
@@ -228,21 +264,31 @@ func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream st
 			return h.recordApplied(ctx, tenant, idem, res)
 		}
 	}
-	if opts.ExpectedVersion != nil && !o.Exists() && !startsStream(cmd) {
-		// A precondition on an order that does not exist: it is missing
-		// (404), not changed by someone else (409).
-		return Result{}, order.ErrOrderNotFound
+	if opts.ExpectedVersion != nil && version == 0 && !startsStream(cmd) {
+		// A precondition on an aggregate that does not exist: it is
+		// missing (404), not changed by someone else (409).
+		return Result{}, h.agg.NotFound
 	}
-	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != o.Version {
-		return Result{}, fmt.Errorf("order is at version %d, not %d: %w", o.Version, *opts.ExpectedVersion, ErrVersionConflict)
+	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != version {
+		return Result{}, fmt.Errorf("%s is at version %d, not %d: %w", h.agg.Kind, version, *opts.ExpectedVersion, ErrVersionConflict)
 	}
-	decided, err := cmd.Decide(o, h.cfg.Now())
+	decided, err := cmd.Decide(state, h.cfg.Now())
 	if err != nil {
 		return Result{}, err
 	}
+	if len(decided) == 0 {
+		// Nothing to append: the command is already in effect (a repeated
+		// reservation, say). A state from the cache may be stale, and
+		// "nothing to do" must be true of the stream as stored: decide
+		// again on a fresh read.
+		if history == nil && first {
+			return h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID, false)
+		}
+		return h.unchanged(ctx, tenant, cmd.Target(), version, history, opts.Idempotency)
+	}
 	events := make([]eventstore.NewEvent, len(decided))
 	for i, p := range decided {
-		typ, sv, data, err := h.registry.Encode(p)
+		typ, sv, data, err := h.cfg.Registry.Encode(p)
 		if err != nil {
 			return Result{}, err
 		}
@@ -257,16 +303,16 @@ func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream st
 	req := eventstore.AppendRequest{
 		Tenant:   string(tenant),
 		Stream:   stream,
-		Expected: eventstore.Exact(o.Version),
+		Expected: eventstore.Exact(version),
 		Events:   events,
 	}
-	orderID := cmd.Target()
+	id := cmd.Target()
 	if idem := opts.Idempotency; idem != nil {
 		req.Idempotency = &eventstore.Idempotency{
 			Key:         idem.Key,
 			RequestHash: idem.RequestHash,
 			Response: func(ar eventstore.AppendResult) ([]byte, error) {
-				return idem.Respond(Result{OrderID: orderID, Version: ar.LastVersion, Position: ar.Position}, nil)
+				return idem.Respond(Result{ID: id, Version: ar.LastVersion, Position: ar.Position}, nil)
 			},
 		}
 	}
@@ -276,11 +322,38 @@ func (h *Handler) attempt(ctx context.Context, tenant domain.TenantID, stream st
 		return Result{}, err
 	}
 	h.cache.put(key, append(payloads, decided...))
-	return Result{OrderID: orderID, Version: ar.LastVersion, Position: ar.Position}, nil
+	return Result{ID: id, Version: ar.LastVersion, Position: ar.Position}, nil
+}
+
+// unchanged answers a command that appended nothing: the aggregate's
+// version and the position of its last event (a consistency token that
+// reads the state the decision saw), recorded under the idempotency key
+// when there is one.
+func (h *Handler[A]) unchanged(ctx context.Context, tenant domain.TenantID, id string, version int64, history []event.Record, idem *Idempotency) (Result, error) {
+	res := Result{ID: id, Version: version}
+	if n := len(history); n > 0 {
+		res.Position = history[n-1].Position
+	}
+	if idem == nil {
+		return res, nil
+	}
+	body, err := idem.Respond(res, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("render outcome: %w", err)
+	}
+	switch err := h.idem.SaveIdempotency(ctx, string(tenant), idem.Key, idem.RequestHash, body); {
+	case err == nil:
+		return res, nil
+	case errors.Is(err, eventstore.ErrIdempotencyKeyExists):
+		replayed, _, err := h.replay(ctx, tenant, idem)
+		return replayed, err
+	default:
+		return Result{}, fmt.Errorf("record outcome: %w", err)
+	}
 }
 
 // replay returns the stored outcome under idem's key, if there is one.
-func (h *Handler) replay(ctx context.Context, tenant domain.TenantID, idem *Idempotency) (Result, bool, error) {
+func (h *Handler[A]) replay(ctx context.Context, tenant domain.TenantID, idem *Idempotency) (Result, bool, error) {
 	rec, found, err := h.idem.LookupIdempotency(ctx, string(tenant), idem.Key)
 	if err != nil {
 		return Result{}, false, fmt.Errorf("look up idempotency key: %w", err)
@@ -296,7 +369,7 @@ func (h *Handler) replay(ctx context.Context, tenant domain.TenantID, idem *Idem
 
 // recordRejection stores a definite rejection under the key, so a retry
 // gets the same answer instead of a second decision on newer state.
-func (h *Handler) recordRejection(ctx context.Context, tenant domain.TenantID, idem *Idempotency, cause error) (Result, error) {
+func (h *Handler[A]) recordRejection(ctx context.Context, tenant domain.TenantID, idem *Idempotency, cause error) (Result, error) {
 	body, err := idem.Respond(Result{}, cause)
 	if err != nil {
 		return Result{}, fmt.Errorf("render rejection: %w", err)
@@ -314,7 +387,7 @@ func (h *Handler) recordRejection(ctx context.Context, tenant domain.TenantID, i
 }
 
 // isRejection reports a definite, state-dependent "no" worth remembering
-// under an idempotency key: rule violations and a missing order. Malformed
+// under an idempotency key: rule violations and a missing aggregate. Malformed
 // input is not stored: it never reached a decision.
 func isRejection(err error) bool {
 	return errors.Is(err, domain.ErrRejected) || errors.Is(err, domain.ErrNotFound)
@@ -322,12 +395,12 @@ func isRejection(err error) bool {
 
 // alreadyApplied finds the events a command with commandID appended in an
 // earlier, unrecorded execution.
-func alreadyApplied(history []event.Record, commandID, orderID string) (Result, bool) {
+func alreadyApplied(history []event.Record, commandID, id string) (Result, bool) {
 	var res Result
 	found := false
 	for _, rec := range history {
 		if rec.Metadata.CommandID == commandID {
-			res = Result{OrderID: orderID, Version: rec.Version, Position: rec.Position}
+			res = Result{ID: id, Version: rec.Version, Position: rec.Position}
 			found = true
 		}
 	}
@@ -336,7 +409,7 @@ func alreadyApplied(history []event.Record, commandID, orderID string) (Result, 
 
 // recordApplied stores the outcome of an execution found in the stream and
 // returns it as a replay.
-func (h *Handler) recordApplied(ctx context.Context, tenant domain.TenantID, idem *Idempotency, res Result) (Result, error) {
+func (h *Handler[A]) recordApplied(ctx context.Context, tenant domain.TenantID, idem *Idempotency, res Result) (Result, error) {
 	body, err := idem.Respond(res, nil)
 	if err != nil {
 		return Result{}, fmt.Errorf("render recovered outcome: %w", err)

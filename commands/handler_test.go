@@ -1,4 +1,4 @@
-package commands
+package commands_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/strata-es/strata/commands"
+	"github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/domain/order"
@@ -20,11 +22,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func respond(res Result, err error) ([]byte, error) {
+func respond(res commands.Result, err error) ([]byte, error) {
 	if err != nil {
 		return []byte("error: " + err.Error()), nil
 	}
-	return fmt.Appendf(nil, "ok %s v%d %s", res.OrderID, res.Version, res.Position.Token()), nil
+	return fmt.Appendf(nil, "ok %s v%d %s", res.ID, res.Version, res.Position.Token()), nil
 }
 
 // TestUnrecordedExecutionIsNotRepeated: the events of a command are in the
@@ -34,26 +36,26 @@ func respond(res Result, err error) ([]byte, error) {
 func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 	d := testdb.New(t)
 	store := postgres.New(d.App, d.Projector)
-	h := NewHandler(store, store, Config{})
+	h := newHandler(t, store, store)
 	ctx := domain.NewContext(context.Background(), "t-a")
-	if _, err := h.Handle(ctx, CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, Options{}); err != nil {
+	if _, err := h.Handle(ctx, orders.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, commands.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	// The lost execution: AddLine under key "k", appended without a record.
-	commandID := uuid.NewSHA1(eventIDSpace, []byte("t-a\x00k")).String()
-	evs, err := (AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}).Decide(mustLoad(t, store), time.Now())
+	// The lost execution: orders.AddLine under key "k", appended without a record.
+	commandID := uuid.NewSHA1(commands.EventIDSpace, []byte("t-a\x00k")).String()
+	evs, err := (orders.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}).Decide(mustLoad(t, store), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	typ, sv, data, _ := order.Registry.Encode(evs[0])
 	lost, err := store.Append(ctx, eventstore.AppendRequest{Tenant: "t-a", Stream: "order-o-1", Expected: eventstore.Exact(1),
-		Events: []eventstore.NewEvent{{ID: uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/0", commandID)).String(), Type: typ, SchemaVersion: sv, Data: data,
+		Events: []eventstore.NewEvent{{ID: uuid.NewSHA1(commands.EventIDSpace, fmt.Appendf(nil, "%s/0", commandID)).String(), Type: typ, SchemaVersion: sv, Data: data,
 			Metadata: event.Metadata{CommandID: commandID}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	idem := &Idempotency{Key: "k", RequestHash: "h", Respond: respond}
-	res, err := h.Handle(ctx, AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, Options{Idempotency: idem})
+	idem := &commands.Idempotency{Key: "k", RequestHash: "h", Respond: respond}
+	res, err := h.Handle(ctx, orders.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 		t.Fatalf("the command executed again: %d events", len(recs))
 	}
 	// And the outcome is now recorded.
-	res, err = h.Handle(ctx, AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, Options{Idempotency: idem})
+	res, err = h.Handle(ctx, orders.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
 	if err != nil || string(res.Replayed) != want {
 		t.Fatalf("second retry: %q %v", res.Replayed, err)
 	}
@@ -94,8 +96,8 @@ func mustLoad(t *testing.T, s eventstore.Store) *order.Order {
 }
 
 func TestNoTenantFailsClosed(t *testing.T) {
-	h := NewHandler(nil, nil, Config{})
-	if _, err := h.Handle(context.Background(), PlaceOrder{OrderID: "o"}, Options{}); err != eventstore.ErrNoTenant {
+	h := newHandler(t, nil, nil)
+	if _, err := h.Handle(context.Background(), orders.PlaceOrder{OrderID: "o"}, commands.Options{}); err != eventstore.ErrNoTenant {
 		t.Fatalf("got %v, want ErrNoTenant", err)
 	}
 }
@@ -106,23 +108,23 @@ func TestNoTenantFailsClosed(t *testing.T) {
 func TestStaleCacheIsReloaded(t *testing.T) {
 	d := testdb.New(t)
 	store := postgres.New(d.App, d.Projector)
-	a, b := NewHandler(store, store, Config{}), NewHandler(store, store, Config{})
+	a, b := newHandler(t, store, store), newHandler(t, store, store)
 	ctx := domain.NewContext(context.Background(), "t-a")
-	line := func(p string) AddLine {
-		return AddLine{OrderID: "o-1", ProductID: p, Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}
+	line := func(p string) orders.AddLine {
+		return orders.AddLine{OrderID: "o-1", ProductID: p, Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}
 	}
 	steps := []struct {
-		h   *Handler
-		cmd Command
+		h   *commands.Handler[*order.Order]
+		cmd orders.Command
 	}{
-		{a, CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}},
+		{a, orders.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}},
 		{a, line("p-1")}, // a's cache: version 2
 		{b, line("p-2")}, // b loads from the store: version 3
 		{a, line("p-3")}, // a's cache is stale (2): conflict, reload, version 4
-		{b, PlaceOrder{OrderID: "o-1"}},
+		{b, orders.PlaceOrder{OrderID: "o-1"}},
 	}
 	for i, s := range steps {
-		res, err := s.h.Handle(ctx, s.cmd, Options{})
+		res, err := s.h.Handle(ctx, s.cmd, commands.Options{})
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -136,8 +138,17 @@ func TestStaleCacheIsReloaded(t *testing.T) {
 	}
 	// A create of an existing order, answered from no cache at all, still
 	// says so (after a conflict and a reload).
-	c := NewHandler(store, store, Config{})
-	if _, err := c.Handle(ctx, CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, Options{}); !errors.Is(err, order.ErrAlreadyExists) {
+	c := newHandler(t, store, store)
+	if _, err := c.Handle(ctx, orders.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, commands.Options{}); !errors.Is(err, order.ErrAlreadyExists) {
 		t.Fatalf("create of an existing order: %v", err)
 	}
+}
+
+func newHandler(t *testing.T, store eventstore.Store, idem eventstore.IdempotencyStore) *commands.Handler[*order.Order] {
+	t.Helper()
+	h, err := commands.NewHandler(orders.Aggregate, store, idem, commands.Config{Registry: order.Registry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

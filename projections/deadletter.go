@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/internal/db"
 )
 
@@ -537,7 +536,7 @@ func generationOf(ctx context.Context, conn *pgx.Conn, key string) (string, erro
 // is changed then), and database errors.
 func RetryStream(ctx context.Context, x *Exclusive, p Projection, reg *event.Registry, tenant, stream, actor string) (RetryOutcome, error) {
 	if reg == nil {
-		reg = order.Registry
+		return RetryOutcome{}, errors.New("retry: the event registry is required")
 	}
 	gen, err := generationOf(ctx, x.conn, x.key)
 	if err != nil {

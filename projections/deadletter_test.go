@@ -1,4 +1,4 @@
-package projections
+package projections_test
 
 import (
 	"context"
@@ -9,16 +9,23 @@ import (
 	"testing"
 	"time"
 
+	projorders "github.com/strata-es/strata/projections/orders"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/projections/orders/ordertest"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
 func TestFailurePolicyDelays(t *testing.T) {
 	t.Parallel()
-	p := FailurePolicy{Attempts: 5, InitialDelay: 200 * time.Millisecond, MaxDelay: time.Second, Jitter: -1}
+	p := projections.FailurePolicy{Attempts: 5, InitialDelay: 200 * time.Millisecond, MaxDelay: time.Second, Jitter: -1}
 	for attempt, want := range map[int]time.Duration{1: 200 * time.Millisecond, 2: 400 * time.Millisecond, 3: 800 * time.Millisecond, 4: time.Second, 9: time.Second} {
 		if got := p.Delay(attempt); got != want {
 			t.Errorf("Delay(%d) = %s, want %s", attempt, got, want)
@@ -30,8 +37,8 @@ func TestFailurePolicyDelays(t *testing.T) {
 			t.Fatalf("jittered Delay(2) = %s, want 400ms ± 20%%", d)
 		}
 	}
-	var bad FailurePolicy
-	bad.setDefaults()
+	var bad projections.FailurePolicy
+	bad.SetDefaults()
 	bad.Attempts, bad.MaxDelay = 0, time.Millisecond
 	if err := bad.Validate(); err == nil {
 		t.Error("Validate accepted 0 attempts and a max delay below the initial one")
@@ -45,21 +52,21 @@ func TestIsPoison(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{ErrMissingRow, true}, {ErrUnexpectedEvent, true}, {errors.New("decode: bad json"), true},
+		{projections.ErrMissingRow, true}, {projections.ErrUnexpectedEvent, true}, {errors.New("decode: bad json"), true},
 		{pg("22012"), true}, {pg("23505"), true}, {pg("P0001"), true},
 		{pg("40001"), false}, {pg("40P01"), false}, {pg("42P01"), false}, {pg("42703"), false}, {pg("42501"), false},
 		{pg("53100"), false}, {pg("57014"), false}, {pg("08006"), false},
 		{context.DeadlineExceeded, false}, {fmt.Errorf("x: %w", context.Canceled), false},
 	} {
-		if got := IsPoison(c.err); got != c.want {
-			t.Errorf("IsPoison(%v) = %v, want %v", c.err, got, c.want)
+		if got := projections.IsPoison(c.err); got != c.want {
+			t.Errorf("projections.IsPoison(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
 
 // flaky fails its first n batches with SQL errors of the given code.
 type flaky struct {
-	*OrderList
+	*orders.OrderList
 	code  string
 	fails atomic.Int32
 }
@@ -72,14 +79,14 @@ func (p *flaky) raise(b *pgx.Batch) bool {
 	return true
 }
 
-func (p *flaky) Apply(b *pgx.Batch, ev Event) error {
+func (p *flaky) Apply(b *pgx.Batch, ev projections.Event) error {
 	if p.raise(b) {
 		return nil
 	}
 	return p.OrderList.Apply(b, ev)
 }
 
-func (p *flaky) ApplyBatch(b *pgx.Batch, evs []Event) error {
+func (p *flaky) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 	if p.raise(b) {
 		return nil
 	}
@@ -96,16 +103,16 @@ func TestFailuresThatParkNothing(t *testing.T) {
 		t.Run(code, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, time.Minute)
-			d := testdb.New(t)
+			d := testdb.New(t, projorders.Migrations)
 			store := postgres.New(d.App, d.Projector)
-			evs := generate(genConfig{Seed: 3, Tenants: 2, Orders: 20, Customers: 3, Start: time.Now()})
-			end, err := appendRecorded(ctx, store, evs)
+			evs := ordertest.Generate(ordertest.Config{Seed: 3, Tenants: 2, Orders: 20, Customers: 3, Start: time.Now()})
+			end, err := projectiontest.Append(ctx, store, evs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &flaky{OrderList: NewOrderList(OrderListTables{}), code: code}
+			p := &flaky{OrderList: orders.NewOrderList(orders.OrderListTables{}), code: code}
 			p.fails.Store(6)
-			r, err := NewRunner(p, store, d.Projector, RunnerConfig{DeadLetters: true, Failures: FailurePolicy{Attempts: 1, InitialDelay: 10 * time.Millisecond},
+			r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1, InitialDelay: 10 * time.Millisecond},
 				MinErrorBackoff: 10 * time.Millisecond, MaxErrorBackoff: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
@@ -114,16 +121,18 @@ func TestFailuresThatParkNothing(t *testing.T) {
 			done := make(chan struct{})
 			go func() { defer close(done); r.Run(rctx) }()
 			defer func() { stop(); <-done }()
-			waitFor(t, 30*time.Second, "the projection to reach the end", func() bool { return !checkpointOf(ctx, t, d.AdminURL, OrderListName).Position.Less(end) })
-			cp := checkpointOf(ctx, t, d.AdminURL, OrderListName)
+			waitFor(t, 30*time.Second, "the projection to reach the end", func() bool {
+				return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Position.Less(end)
+			})
+			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName)
 			if cp.ParkedStreams != 0 || cp.ParkedLetters != 0 {
 				t.Errorf("parked %d streams, %d letters on %s, want none", cp.ParkedStreams, cp.ParkedLetters, code)
 			}
-			want, err := expectedDump(evs)
+			want, err := ordertest.Expected(evs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := dump(ctx, t, d.AdminURL, "order_list"); !containsTable(want, got) {
+			if got := ordertest.Dump(ctx, t, d.AdminURL, "order_list"); !containsTable(want, got) {
 				t.Errorf("rows differ from the oracle after %s failures", code)
 			}
 		})
@@ -151,14 +160,14 @@ func containsTable(want, got string) bool {
 func TestExclusivePausesTheRunner(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	store := postgres.New(d.App, d.Projector)
-	evs := generate(genConfig{Seed: 5, Tenants: 1, Orders: 10, Customers: 2, Start: time.Now()})
-	first, err := appendRecorded(ctx, store, evs[:20])
+	evs := ordertest.Generate(ordertest.Config{Seed: 5, Tenants: 1, Orders: 10, Customers: 2, Start: time.Now()})
+	first, err := projectiontest.Append(ctx, store, evs[:20])
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{DeadLetters: true,
+	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true,
 		PollInterval: 50 * time.Millisecond, LeaseRetry: 50 * time.Millisecond, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -167,31 +176,33 @@ func TestExclusivePausesTheRunner(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(rctx) }()
 	defer func() { stop(); <-done }()
-	waitFor(t, 20*time.Second, "the runner to apply the first events", func() bool { return !checkpointOf(ctx, t, d.AdminURL, OrderListName).Position.Less(first) })
+	waitFor(t, 20*time.Second, "the runner to apply the first events", func() bool {
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Position.Less(first)
+	})
 
-	x, err := AcquireExclusive(ctx, d.Projector, OrderListName, 10*time.Second)
+	x, err := projections.AcquireExclusive(ctx, d.Projector, orders.OrderListName, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the runner to pause", func() bool { return r.Status().State == StatePaused })
-	if _, err := AcquireExclusive(ctx, d.Projector, OrderListName, time.Second); !errors.Is(err, ErrBusy) {
-		t.Errorf("a second tool: %v, want ErrBusy", err)
+	waitFor(t, 5*time.Second, "the runner to pause", func() bool { return r.Status().State == projections.StatePaused })
+	if _, err := projections.AcquireExclusive(ctx, d.Projector, orders.OrderListName, time.Second); !errors.Is(err, projections.ErrBusy) {
+		t.Errorf("a second tool: %v, want projections.ErrBusy", err)
 	}
-	mon := NewMonitor(MonitorConfig{App: d.App, Log: store, Names: []string{OrderListName}})
+	mon := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: []string{orders.OrderListName}})
 	st, err := mon.All(ctx)
-	if err != nil || st[0].State != StatePaused {
+	if err != nil || st[0].State != projections.StatePaused {
 		t.Errorf("monitor says %v (%v), want paused", st, err)
 	}
-	end, err := appendRecorded(ctx, store, evs[20:])
+	end, err := projectiontest.Append(ctx, store, evs[20:])
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if cp := checkpointOf(ctx, t, d.AdminURL, OrderListName); !cp.Position.Less(end) {
+	if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName); !cp.Position.Less(end) {
 		t.Fatal("the paused runner applied events")
 	}
 	x.Release()
 	waitFor(t, 10*time.Second, "the runner to resume and apply the rest", func() bool {
-		return !checkpointOf(ctx, t, d.AdminURL, OrderListName).Position.Less(end)
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Position.Less(end)
 	})
 }

@@ -1,4 +1,4 @@
-package projections
+package projections_test
 
 import (
 	"context"
@@ -11,14 +11,21 @@ import (
 	"testing"
 	"time"
 
+	projorders "github.com/strata-es/strata/projections/orders"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/internal/testdb"
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/projections/orders/ordertest"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
 // childURLEnv hands the database to the child projector process.
@@ -36,16 +43,16 @@ const kills = 100
 func TestExactlyOnceUnderKill(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 5*time.Minute)
-	d := testdb.NewPrivate(t, nil).DB
-	evs := generate(genConfig{Seed: 77, Tenants: 4, Orders: 800, Customers: 30, Open: 60, Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
-	seed(ctx, t, d.AdminURL, evs, 2000)
+	d := testdb.NewPrivate(t, nil, projorders.Migrations).DB
+	evs := ordertest.Generate(ordertest.Config{Seed: 77, Tenants: 4, Orders: 800, Customers: 30, Open: 60, Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
+	projectiontest.MustSeed(ctx, t, d.AdminURL, evs, 2000)
 
 	killed := 0
 	for i := 0; killed < kills; i++ {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(),
 			childURLEnv+"="+d.AdminURL,
-			failpoint.EnvVar+"="+FailpointBeforeCommit+"="+strconv.Itoa(1+i%4))
+			failpoint.EnvVar+"="+projections.FailpointBeforeCommit+"="+strconv.Itoa(1+i%4))
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		switch {
@@ -60,9 +67,9 @@ func TestExactlyOnceUnderKill(t *testing.T) {
 
 	// A last projector, without failpoints, finishes the job.
 	store := postgres.New(d.App, d.Projector)
-	head := lastPosition(ctx, t, store)
-	for _, p := range All() {
-		r, err := NewRunner(p, store, d.Projector, RunnerConfig{Logger: quietLogger()})
+	head := projectiontest.Head(ctx, t, store)
+	for _, p := range orders.All() {
+		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,12 +77,12 @@ func TestExactlyOnceUnderKill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, err := expectedDump(evs)
+	want, err := ordertest.Expected(evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := dump(ctx, t, d.AdminURL, allTables()...); got != want {
-		t.Errorf("rows after %d kills differ from the events:\n%s", killed, diff(want, got))
+	if got := ordertest.Dump(ctx, t, d.AdminURL, ordertest.Tables()...); got != want {
+		t.Errorf("rows after %d kills differ from the events:\n%s", killed, ordertest.Diff(want, got))
 	}
 
 	// The counters against the log itself, in SQL.
@@ -122,10 +129,10 @@ func TestKillChild(t *testing.T) {
 	}
 	defer pool.Close()
 	store := postgres.New(nil, pool)
-	shared := NewSharedReads(store, nil, 4)
+	shared := projections.NewSharedReads(store, order.Registry, 4)
 	var wg sync.WaitGroup
-	for _, p := range All() {
-		r, err := NewRunner(p, store, pool, RunnerConfig{BatchSize: 16, Shared: shared, Logger: quietLogger()})
+	for _, p := range orders.All() {
+		r, err := projections.NewRunner(p, store, pool, projections.RunnerConfig{Registry: order.Registry, BatchSize: 16, Shared: shared, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,10 +150,10 @@ func TestKillChild(t *testing.T) {
 // catchUpRetrying is CatchUp, waiting while the session of a projector
 // that was just killed still holds the lease (PostgreSQL notices the dead
 // connection a moment later).
-func catchUpRetrying(ctx context.Context, r *Runner, until event.Position) error {
+func catchUpRetrying(ctx context.Context, r *projections.Runner, until event.Position) error {
 	for {
 		err := r.CatchUp(ctx, until)
-		if !errors.Is(err, ErrLeaseHeld) {
+		if !errors.Is(err, projections.ErrLeaseHeld) {
 			return err
 		}
 		if !pgsession.Sleep(ctx, 5*time.Millisecond) {

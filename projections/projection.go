@@ -1,6 +1,9 @@
 package projections
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
@@ -66,15 +69,21 @@ type BatchProjection interface {
 	ApplyBatch(b *pgx.Batch, evs []Event) error
 }
 
-// All returns the projections of the order domain writing into their live
-// tables, in a stable order.
-func All() []Projection {
-	return []Projection{
-		NewOrderDetails(OrderDetailsTables{}),
-		NewOrderList(OrderListTables{}),
-		NewCustomerSummaries(CustomerSummaryTables{}),
-		NewDailyRevenue(DailyRevenueTables{}),
+// CheckDecodable reports a projection handling an event type reg has no
+// codec for: every such event would fail to decode, so the process must not
+// start it (a misassembled module list, not a poison event).
+func CheckDecodable(p Projection, reg *event.Registry) error {
+	var missing []string
+	for _, t := range p.EventTypes() {
+		if !reg.Has(t) {
+			missing = append(missing, t)
+		}
 	}
+	if len(missing) > 0 {
+		return fmt.Errorf("projection %s handles event types the registry has no codec for: %s (is their module listed in cmd/strata?): %w",
+			p.Name(), strings.Join(missing, ", "), event.ErrUnknownType)
+	}
+	return nil
 }
 
 // Names returns the names of ps.
@@ -85,6 +94,3 @@ func Names(ps []Projection) []string {
 	}
 	return out
 }
-
-// ident quotes a table name for SQL.
-func ident(name string) string { return pgx.Identifier{name}.Sanitize() }

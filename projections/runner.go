@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
@@ -94,7 +93,8 @@ type RunnerConfig struct {
 	// StreamCache is how many streams' last versions are remembered for
 	// the contiguity check (default 100,000).
 	StreamCache int
-	// Registry decodes payloads (default order.Registry).
+	// Registry decodes payloads. Required: the process's one registry,
+	// so that every module's events decode the same way on every path.
 	Registry *event.Registry
 	// Wake, when set, returns a channel closed when new events may be
 	// available (Signal.C). It is taken before each read.
@@ -174,9 +174,6 @@ func (c *RunnerConfig) setDefaults() {
 	if c.StreamCache == 0 {
 		c.StreamCache = 100_000
 	}
-	if c.Registry == nil {
-		c.Registry = order.Registry
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -203,6 +200,9 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.StreamCache < 1 {
 		errs = append(errs, fmt.Errorf("stream cache %d: want at least 1", c.StreamCache))
+	}
+	if c.Registry == nil {
+		errs = append(errs, errors.New("registry is required (the process's event registry)"))
 	}
 	if c.Checkpoint != "" && !checkpointKey.MatchString(c.Checkpoint) {
 		errs = append(errs, fmt.Errorf("checkpoint key %q: want [a-z][a-z0-9_]{0,62}", c.Checkpoint))
@@ -268,6 +268,9 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("projection %s: %w", p.Name(), err)
+	}
+	if err := CheckDecodable(p, cfg.Registry); err != nil {
+		return nil, err
 	}
 	locator, ok := log.(eventstore.VersionLocator)
 	if !ok {
@@ -1060,7 +1063,11 @@ func (r *Runner) prepare(recs []event.Record, decoded *sharedBatch) ([]item, err
 			payload, err = r.cfg.Registry.DecodeRecord(rec)
 		}
 		if err != nil {
-			if !r.cfg.DeadLetters {
+			if !r.cfg.DeadLetters || errors.Is(err, event.ErrUnknownType) {
+				// A type the registry lacks is the process's fault, not
+				// the event's: parking it would drop every event of
+				// that type (and a rebuild would swap in tables without
+				// their rows). Stop instead, until the registry is fixed.
 				return nil, r.eventError(i, rec, err)
 			}
 			items = append(items, item{idx: i, ev: Event{Record: rec}, err: fmt.Errorf("decode: %w", err)})

@@ -1,4 +1,4 @@
-package projections
+package projections_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	projorders "github.com/strata-es/strata/projections/orders"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
@@ -16,36 +18,16 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/testdb"
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/projections/orders/ordertest"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
-
-func TestStreamCacheEvictsLeastRecentlyUsed(t *testing.T) {
-	t.Parallel()
-	c := newStreamCache(2)
-	a, b, x := streamKey{"t", "a"}, streamKey{"t", "b"}, streamKey{"t", "c"}
-	c.put(a, 1)
-	c.put(b, 1)
-	c.get(a) // a is now the most recent
-	c.put(x, 1)
-	if _, ok := c.get(b); ok {
-		t.Error("b should have been evicted")
-	}
-	if v, ok := c.get(a); !ok || v != 1 {
-		t.Error("a should be cached")
-	}
-	c.put(a, 2)
-	if v, _ := c.get(a); v != 2 {
-		t.Errorf("a = %d, want 2", v)
-	}
-	c.reset()
-	if _, ok := c.get(a); ok {
-		t.Error("reset kept a")
-	}
-}
 
 func TestRunnerConfigValidate(t *testing.T) {
 	t.Parallel()
-	cfg := RunnerConfig{BatchSize: -1, PollInterval: -time.Second}
-	cfg.setDefaults()
+	cfg := projections.RunnerConfig{BatchSize: -1, PollInterval: -time.Second}
+	cfg.SetDefaults()
 	err := cfg.Validate()
 	if err == nil || !strings.Contains(err.Error(), "batch size") || !strings.Contains(err.Error(), "poll interval") {
 		t.Fatalf("Validate = %v", err)
@@ -61,7 +43,7 @@ func (failingProjection) EventTypes() []string {
 	return []string{order.TypeCreated, order.TypeLineAdded}
 }
 func (failingProjection) Tables() []string { return nil }
-func (p failingProjection) Apply(b *pgx.Batch, ev Event) error {
+func (p failingProjection) Apply(b *pgx.Batch, ev projections.Event) error {
 	if ev.Version == p.version {
 		b.Queue(`SELECT 1 / 0`)
 		return nil
@@ -73,21 +55,21 @@ func (p failingProjection) Apply(b *pgx.Batch, ev Event) error {
 func TestEventErrorNamesTheFailingEvent(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	store := postgres.New(d.App, d.Projector)
-	evs := generate(genConfig{Seed: 1, Tenants: 3, Orders: 6, Customers: 2, Start: time.Now()})
-	end, err := appendRecorded(ctx, store, evs)
+	evs := ordertest.Generate(ordertest.Config{Seed: 1, Tenants: 3, Orders: 6, Customers: 2, Start: time.Now()})
+	end, err := projectiontest.Append(ctx, store, evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunner(failingProjection{version: 2}, store, d.Projector, RunnerConfig{BatchSize: 100, Logger: quietLogger()})
+	r, err := projections.NewRunner(failingProjection{version: 2}, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, BatchSize: 100, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = r.CatchUp(ctx, end)
-	var ee *EventError
+	var ee *projections.EventError
 	if !errors.As(err, &ee) {
-		t.Fatalf("CatchUp = %v, want an *EventError", err)
+		t.Fatalf("CatchUp = %v, want an *projections.EventError", err)
 	}
 	want := -1
 	for i, e := range evs {
@@ -106,7 +88,7 @@ func TestEventErrorNamesTheFailingEvent(t *testing.T) {
 	if db.SQLState(err) != "22012" {
 		t.Errorf("cause %v, want division by zero", ee.Err)
 	}
-	if cp := checkpointOf(ctx, t, d.AdminURL, "failing_test"); !cp.Position.IsZero() {
+	if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, "failing_test"); !cp.Position.IsZero() {
 		t.Errorf("checkpoint moved to %s despite the failure", cp.Position)
 	}
 }
@@ -146,17 +128,17 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, time.Minute)
-			d := testdb.New(t)
+			d := testdb.New(t, projorders.Migrations)
 			store := postgres.New(d.App, d.Projector)
 			at := time.Date(2026, 4, 1, 10, 0, 0, 0, time.UTC)
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 1, order.Created{OrderID: "h1", CustomerID: "c-1", Currency: "EUR", At: at})
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 2, order.LineAdded{OrderID: "h1", ProductID: "p-1", Quantity: 1,
 				UnitPrice: order.Money{Amount: 100, Currency: "EUR"}, At: at})
 			waitVisible(ctx, t, store, d.AdminURL)
-			beforeHole := lastPosition(ctx, t, store)
+			beforeHole := projectiontest.Head(ctx, t, store)
 			if tc.warmFirst {
 				// A first runner applies versions 1 and 2 and goes away.
-				r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{Logger: quietLogger()})
+				r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -166,13 +148,13 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			}
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 4, order.Placed{OrderID: "h1", Total: order.Money{Amount: 100, Currency: "EUR"}, At: at})
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h2", 1, order.Created{OrderID: "h2", CustomerID: "c-1", Currency: "EUR", At: at})
-			// All four in the runner's first read: a transaction open
+			// orders.All four in the runner's first read: a transaction open
 			// elsewhere in the shared cluster may hide the newest for a
 			// moment (decision 1).
 			waitVisible(ctx, t, store, d.AdminURL)
 
 			var logs logBuffer
-			r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{BatchSize: tc.batch,
+			r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, BatchSize: tc.batch,
 				MinErrorBackoff: 20 * time.Millisecond, MaxErrorBackoff: 50 * time.Millisecond,
 				Logger: slogTo(&logs)})
 			if err != nil {
@@ -183,15 +165,15 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			go func() { defer close(done); r.Run(rctx) }()
 			defer func() { stop(); <-done }()
 
-			waitFor(t, 20*time.Second, "the runner to report an error", func() bool { return r.Status().State == StateError })
+			waitFor(t, 20*time.Second, "the runner to report an error", func() bool { return r.Status().State == projections.StateError })
 			st := r.Status()
-			if !strings.Contains(st.LastError, ErrStreamHole.Error()) || !strings.Contains(st.LastError, `"order-h1"`) {
+			if !strings.Contains(st.LastError, projections.ErrStreamHole.Error()) || !strings.Contains(st.LastError, `"order-h1"`) {
 				t.Errorf("last error %q does not name the hole", st.LastError)
 			}
-			waitFor(t, 10*time.Second, "the error to be recorded", func() bool {
-				return checkpointOf(ctx, t, d.AdminURL, OrderListName).Status == StateError
+			waitFor(t, 10*time.Second, "the error to be projectiontest.Recorded", func() bool {
+				return projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Status == projections.StateError
 			})
-			cp := checkpointOf(ctx, t, d.AdminURL, OrderListName)
+			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName)
 			if tc.warmFirst && cp.Position != beforeHole {
 				t.Errorf("checkpoint %s, want %s (just before the hole)", cp.Position, beforeHole)
 			}
@@ -199,17 +181,17 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 				t.Errorf("checkpoint %s, want zero: the batch holding the hole must not commit", cp.Position)
 			}
 			if !strings.Contains(cp.LastError, "not contiguous") {
-				t.Errorf("recorded error %q", cp.LastError)
+				t.Errorf("projectiontest.Recorded error %q", cp.LastError)
 			}
 			if !strings.Contains(logs.String(), "projection stopped at an event it cannot apply") {
 				t.Errorf("no clear log line; logs:\n%s", logs.String())
 			}
-			m := NewMonitor(MonitorConfig{App: d.App, Log: store, Names: []string{OrderListName}})
+			m := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: []string{orders.OrderListName}})
 			sts, err := m.All(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sts[0].State != StateError || sts[0].LagEvents == 0 {
+			if sts[0].State != projections.StateError || sts[0].LagEvents == 0 {
 				t.Errorf("monitor says %+v, want error with a lag", sts[0])
 			}
 		})
@@ -223,13 +205,13 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 func TestLeaseOneActiveRunner(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	store := postgres.New(d.App, d.Projector)
-	wake := NewSignal()
-	cfg := RunnerConfig{BatchSize: 50, PollInterval: 50 * time.Millisecond, LeaseRetry: 30 * time.Millisecond, Wake: wake.C, Logger: quietLogger()}
-	var runners []*Runner
+	wake := projections.NewSignal()
+	cfg := projections.RunnerConfig{Registry: order.Registry, BatchSize: 50, PollInterval: 50 * time.Millisecond, LeaseRetry: 30 * time.Millisecond, Wake: wake.C, Logger: quietLogger()}
+	var runners []*projections.Runner
 	for range 2 {
-		r, err := NewRunner(NewCustomerSummaries(CustomerSummaryTables{}), store, d.Projector, cfg)
+		r, err := projections.NewRunner(orders.NewCustomerSummaries(orders.CustomerSummaryTables{}), store, d.Projector, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,9 +228,9 @@ func TestLeaseOneActiveRunner(t *testing.T) {
 	states := func() (running, standby int) {
 		for _, r := range runners {
 			switch r.Status().State {
-			case StateRunning:
+			case projections.StateRunning:
 				running++
-			case StateStandby:
+			case projections.StateStandby:
 				standby++
 			}
 		}
@@ -256,18 +238,18 @@ func TestLeaseOneActiveRunner(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "one running and one standby runner", func() bool { r, s := states(); return r == 1 && s == 1 })
 
-	evs := generate(genConfig{Seed: 9, Tenants: 2, Orders: 60, Customers: 5, Start: time.Now()})
+	evs := ordertest.Generate(ordertest.Config{Seed: 9, Tenants: 2, Orders: 60, Customers: 5, Start: time.Now()})
 	half := len(evs) / 2
-	pos, err := appendRecorded(ctx, store, evs[:half])
+	pos, err := projectiontest.Append(ctx, store, evs[:half])
 	if err != nil {
 		t.Fatal(err)
 	}
 	wake.Fire()
 	waitFor(t, 20*time.Second, "the first half to be applied", func() bool {
-		return !checkpointOf(ctx, t, d.AdminURL, CustomerSummaryName).Position.Less(pos)
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.CustomerSummaryName).Position.Less(pos)
 	})
 	for _, r := range runners {
-		if r.Status().State == StateRunning {
+		if r.Status().State == projections.StateRunning {
 			// Both keys of the lease identify the active session.
 			conn, err := pgx.Connect(ctx, d.AdminURL)
 			if err != nil {
@@ -277,7 +259,7 @@ func TestLeaseOneActiveRunner(t *testing.T) {
 			err = conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND classid = $1::int::oid AND objid = $2::bigint::oid AND objsubid = 2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-				leaseClass, int64(uint32(leaseKey(CustomerSummaryName)))).Scan(&killed)
+				projections.LeaseClass, int64(uint32(projections.LeaseKey(orders.CustomerSummaryName)))).Scan(&killed)
 			conn.Close(ctx)
 			if err != nil || !killed {
 				t.Fatalf("terminate the active session: %v %v", killed, err)
@@ -286,26 +268,26 @@ WHERE locktype = 'advisory' AND granted AND classid = $1::int::oid AND objid = $
 			if survivor == r {
 				survivor = runners[1]
 			}
-			waitFor(t, 20*time.Second, "the standby to take over", func() bool { return survivor.Status().State == StateRunning })
+			waitFor(t, 20*time.Second, "the standby to take over", func() bool { return survivor.Status().State == projections.StateRunning })
 			break
 		}
 	}
-	pos, err = appendRecorded(ctx, store, evs[half:])
+	pos, err = projectiontest.Append(ctx, store, evs[half:])
 	if err != nil {
 		t.Fatal(err)
 	}
 	wake.Fire()
 	waitFor(t, 20*time.Second, "the second half to be applied", func() bool {
-		return !checkpointOf(ctx, t, d.AdminURL, CustomerSummaryName).Position.Less(pos)
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.CustomerSummaryName).Position.Less(pos)
 	})
 	waitFor(t, 20*time.Second, "the killed runner to stand by", func() bool { r, s := states(); return r == 1 && s == 1 })
-	want, err := expectedDump(evs)
+	want, err := ordertest.Expected(evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantTables := sections(want, NewCustomerSummaries(CustomerSummaryTables{}).Tables())
-	if got := dump(ctx, t, d.AdminURL, NewCustomerSummaries(CustomerSummaryTables{}).Tables()...); got != wantTables {
-		t.Errorf("rows after the take-over:\n%s", diff(wantTables, got))
+	wantTables := sections(want, orders.NewCustomerSummaries(orders.CustomerSummaryTables{}).Tables())
+	if got := ordertest.Dump(ctx, t, d.AdminURL, orders.NewCustomerSummaries(orders.CustomerSummaryTables{}).Tables()...); got != wantTables {
+		t.Errorf("rows after the take-over:\n%s", ordertest.Diff(wantTables, got))
 	}
 }
 
@@ -350,9 +332,9 @@ var _ = fmt.Sprint
 func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	store := postgres.New(d.App, d.Projector)
-	evs := generate(genConfig{Seed: 5, Tenants: 2, Orders: 30, Customers: 4, Open: 30, Start: time.Now()})
+	evs := ordertest.Generate(ordertest.Config{Seed: 5, Tenants: 2, Orders: 30, Customers: 4, Open: 30, Start: time.Now()})
 	// Apply the creations, then remove one order's row.
 	var created int
 	for created < len(evs) && evs[created].Version == 1 {
@@ -361,11 +343,11 @@ func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 	if created == 0 || created == len(evs) {
 		t.Fatalf("unexpected history shape (%d creations first)", created)
 	}
-	pos, err := appendRecorded(ctx, store, evs[:created])
+	pos, err := projectiontest.Append(ctx, store, evs[:created])
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{Logger: quietLogger()})
+	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,15 +372,15 @@ func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 		t.Fatal("no status change in the history")
 	}
 	id := strings.TrimPrefix(evs[victim].Stream, "order-")
-	adminExec(ctx, t, d.AdminURL, fmt.Sprintf("DELETE FROM strata.order_list WHERE tenant_id = '%s' AND order_id = '%s'", evs[victim].Tenant, id))
-	end, err := appendRecorded(ctx, store, evs[created:])
+	projectiontest.Exec(ctx, t, d.AdminURL, fmt.Sprintf("DELETE FROM strata.order_list WHERE tenant_id = '%s' AND order_id = '%s'", evs[victim].Tenant, id))
+	end, err := projectiontest.Append(ctx, store, evs[created:])
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = r.CatchUp(ctx, end)
-	var ee *EventError
-	if !errors.As(err, &ee) || !errors.Is(err, ErrMissingRow) {
-		t.Fatalf("CatchUp = %v, want an EventError for a missing row", err)
+	var ee *projections.EventError
+	if !errors.As(err, &ee) || !errors.Is(err, projections.ErrMissingRow) {
+		t.Fatalf("CatchUp = %v, want an projections.EventError for a missing row", err)
 	}
 	if ee.Event.Tenant != evs[victim].Tenant || ee.Event.Stream != evs[victim].Stream {
 		t.Errorf("the error names %s/%s v%d, want the first status change of %s/%s", ee.Event.Tenant, ee.Event.Stream, ee.Event.Version,
@@ -407,7 +389,7 @@ func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 	// Batches before the failing one may commit (on a shared test cluster
 	// another test's open transaction can make the new events visible in
 	// more than one read); nothing at or after the failing event may.
-	if cp := checkpointOf(ctx, t, d.AdminURL, OrderListName); cp.Position.Less(pos) || !cp.Position.Less(ee.Event.Position) {
+	if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName); cp.Position.Less(pos) || !cp.Position.Less(ee.Event.Position) {
 		t.Errorf("checkpoint %s, want from %s up to before the failing event at %s: nothing of the failed batch may commit",
 			cp.Position, pos, ee.Event.Position)
 	}

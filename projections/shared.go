@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 )
 
@@ -76,11 +75,13 @@ type sharedBatch struct {
 }
 
 // NewSharedReads returns a SharedReads reading log and decoding with
-// registry (nil: order.Registry), keeping the last keep full batches
+// registry (required), keeping the last keep full batches
 // (default 32; memory is about keep x batch size x 1 KiB).
 func NewSharedReads(log eventstore.Log, registry *event.Registry, keep int) *SharedReads {
 	if registry == nil {
-		registry = order.Registry
+		// A programming error, found at startup: a silent default would
+		// decode with a registry that lacks some module's events.
+		panic("projections: NewSharedReads needs the process's event registry")
 	}
 	if keep <= 0 {
 		keep = 32

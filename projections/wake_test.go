@@ -1,4 +1,4 @@
-package projections
+package projections_test
 
 import (
 	"context"
@@ -6,12 +6,19 @@ import (
 	"testing"
 	"time"
 
+	projorders "github.com/strata-es/strata/projections/orders"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/projections/orders/ordertest"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
 // noPoll is a poll interval no test waits for: whatever the runner
@@ -19,18 +26,18 @@ import (
 const noPoll = time.Hour
 
 // startRunner runs r until the test ends and waits until it is active.
-func startRunner(t *testing.T, ctx context.Context, r *Runner) {
+func startRunner(t *testing.T, ctx context.Context, r *projections.Runner) {
 	t.Helper()
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(rctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	waitFor(t, 20*time.Second, "the runner to be active", func() bool { return r.Status().State == StateRunning })
+	waitFor(t, 20*time.Second, "the runner to be active", func() bool { return r.Status().State == projections.StateRunning })
 }
 
 // awaitApplied waits on the runner's progress signal (no polling) until
 // name has applied pos, and returns how long that took.
-func awaitApplied(t *testing.T, p *Progress, name string, pos event.Position, began time.Time, limit time.Duration) time.Duration {
+func awaitApplied(t *testing.T, p *projections.Progress, name string, pos event.Position, began time.Time, limit time.Duration) time.Duration {
 	t.Helper()
 	timeout := time.NewTimer(limit)
 	defer timeout.Stop()
@@ -49,10 +56,10 @@ func awaitApplied(t *testing.T, p *Progress, name string, pos event.Position, be
 
 func appendOne(t *testing.T, ctx context.Context, s eventstore.Store, tenant, id string) event.Position {
 	t.Helper()
-	evs := generate(genConfig{Seed: uint64(len(id)), Tenants: 1, Orders: 1, Customers: 1, Start: time.Now()})[:1]
+	evs := ordertest.Generate(ordertest.Config{Seed: uint64(len(id)), Tenants: 1, Orders: 1, Customers: 1, Start: time.Now()})[:1]
 	evs[0].Tenant, evs[0].Stream = tenant, "order-"+id
 	evs[0].Data = []byte(`{"order_id":"` + id + `","customer_id":"c-1","currency":"EUR","at":"2026-04-01T10:00:00Z"}`)
-	pos, err := appendRecorded(ctx, s, evs)
+	pos, err := projectiontest.Append(ctx, s, evs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +70,10 @@ func appendOne(t *testing.T, ctx context.Context, s eventstore.Store, tenant, id
 func TestWakeInProcess(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
-	wake, progress := NewSignal(), NewProgress()
+	d := testdb.New(t, projorders.Migrations)
+	wake, progress := projections.NewSignal(), projections.NewProgress()
 	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
-	r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
+	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +82,7 @@ func TestWakeInProcess(t *testing.T) {
 	for i := range 20 {
 		began := time.Now()
 		pos := appendOne(t, ctx, store, "t-w", "w"+string(rune('a'+i)))
-		lat = append(lat, awaitApplied(t, progress, OrderListName, pos, began, 10*time.Second))
+		lat = append(lat, awaitApplied(t, progress, orders.OrderListName, pos, began, 10*time.Second))
 	}
 	slices.Sort(lat)
 	t.Logf("append -> applied, in-process wake-up: median %s, max %s", lat[len(lat)/2], lat[len(lat)-1])
@@ -87,22 +94,22 @@ func TestWakeInProcess(t *testing.T) {
 func TestWakeAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	lctx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
 
 	// The projector process: woken only by its LISTEN connection.
-	listened := NewSignal()
+	listened := projections.NewSignal()
 	firstWake := listened.C()
-	go Listen(lctx, d.Projector, listened, quietLogger())
+	go projections.Listen(lctx, d.Projector, listened, quietLogger())
 	select {
 	case <-firstWake: // fired once LISTEN is in place
 	case <-ctx.Done():
 		t.Fatal("LISTEN never started")
 	}
-	progress := NewProgress()
+	progress := projections.NewProgress()
 	reader := postgres.New(d.App, d.Projector)
-	r, err := NewRunner(NewOrderList(OrderListTables{}), reader, d.Projector, RunnerConfig{PollInterval: noPoll, Wake: listened.C, Progress: progress, Logger: quietLogger()})
+	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), reader, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: listened.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,15 +117,15 @@ func TestWakeAcrossProcesses(t *testing.T) {
 
 	// The command process: its appends fire a broadcast that the notifier
 	// turns into coalesced NOTIFYs.
-	appended := NewSignal()
+	appended := projections.NewSignal()
 	writer := postgres.New(d.App, nil, postgres.WithAppendHook(appended.Fire))
-	go NotifyAppends(lctx, d.App, appended.C, quietLogger())
+	go projections.NotifyAppends(lctx, d.App, appended.C, quietLogger())
 
 	var lat []time.Duration
 	for i := range 10 {
 		began := time.Now()
 		pos := appendOne(t, ctx, writer, "t-x", "x"+string(rune('a'+i)))
-		lat = append(lat, awaitApplied(t, progress, OrderListName, pos, began, 10*time.Second))
+		lat = append(lat, awaitApplied(t, progress, orders.OrderListName, pos, began, 10*time.Second))
 	}
 	slices.Sort(lat)
 	t.Logf("append -> applied, NOTIFY/LISTEN wake-up: median %s, max %s", lat[len(lat)/2], lat[len(lat)-1])
@@ -133,10 +140,10 @@ func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	// A cluster of its own: the held transaction pauses every reader of
 	// its cluster.
-	d := testdb.NewPrivate(t, nil).DB
-	wake, progress := NewSignal(), NewProgress()
+	d := testdb.NewPrivate(t, nil, projorders.Migrations).DB
+	wake, progress := projections.NewSignal(), projections.NewProgress()
 	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
-	r, err := NewRunner(NewOrderList(OrderListTables{}), store, d.Projector, RunnerConfig{PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
+	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +163,13 @@ func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
 	}
 	pos := appendOne(t, ctx, store, "t-r", "r1") // committed, fires the wake-up, not visible yet
 	time.Sleep(100 * time.Millisecond)           // the runner re-reads meanwhile (nothing to wait on: this is the open transaction's lifetime)
-	if got, _ := progress.Position(OrderListName); !got.Less(pos) {
+	if got, _ := progress.Position(orders.OrderListName); !got.Less(pos) {
 		t.Fatal("the event was applied while an older transaction was open")
 	}
 	committed := time.Now()
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lat := awaitApplied(t, progress, OrderListName, pos, committed, 5*time.Second)
+	lat := awaitApplied(t, progress, orders.OrderListName, pos, committed, 5*time.Second)
 	t.Logf("applied %s after the older transaction ended (poll interval %s)", lat, noPoll)
 }

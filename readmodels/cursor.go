@@ -10,10 +10,13 @@ import (
 	"github.com/strata-es/strata/domain"
 )
 
-// Cursor is a position in the list of orders: the last item of a page.
+// Cursor is a position in a list kept newest first by (time, key): the
+// last item of a page, for keyset pagination (WHERE (t, key) < (c.At,
+// c.Key) ORDER BY t DESC, key DESC). Key is an entity ID. A list ordered
+// by key alone leaves At zero.
 type Cursor struct {
-	CreatedAt time.Time // microsecond precision, as stored
-	OrderID   string
+	At  time.Time // microsecond precision, as stored
+	Key string
 }
 
 // ErrBadCursor is returned for a cursor that Encode did not produce.
@@ -26,7 +29,7 @@ const (
 
 // Encode returns the opaque form handed to clients as next_cursor.
 func (c Cursor) Encode() string {
-	raw := strconv.FormatInt(c.CreatedAt.UnixMicro(), 10) + "." + c.OrderID
+	raw := strconv.FormatInt(c.At.UnixMicro(), 10) + "." + c.Key
 	return cursorPrefix + base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
@@ -40,14 +43,14 @@ func ParseCursor(s string) (Cursor, error) {
 		return Cursor{}, ErrBadCursor
 	}
 	micros, id, ok := strings.Cut(string(raw), ".")
-	if !ok || domain.ValidateEntityID("order id", id) != nil {
+	if !ok || domain.ValidateEntityID("cursor key", id) != nil {
 		return Cursor{}, ErrBadCursor
 	}
 	us, err := strconv.ParseInt(micros, 10, 64)
 	if err != nil {
 		return Cursor{}, ErrBadCursor
 	}
-	c := Cursor{CreatedAt: time.UnixMicro(us).UTC(), OrderID: id}
+	c := Cursor{At: time.UnixMicro(us).UTC(), Key: id}
 	if c.Encode() != s {
 		return Cursor{}, ErrBadCursor
 	}

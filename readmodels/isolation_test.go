@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	rmorders "github.com/strata-es/strata/readmodels/orders"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
 )
 
@@ -52,13 +55,13 @@ func populate(ctx context.Context, t *testing.T, d *testdb.DB) {
 			t.Fatal(err)
 		}
 		last = res.Position
-		reader := readmodels.NewReader(d.App)
+		reader := readmodels.NewDB(d.App)
 		if err := reader.RecordAudit(domain.NewContext(ctx, domain.TenantID(tenant)), readmodels.AuditEntry{Subject: "s", Action: "read", Target: "x"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range projections.All() {
-		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{})
+	for _, p := range projorders.All() {
+		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +93,7 @@ func counts(ctx context.Context, t *testing.T, tx pgx.Tx, tenant string) (visibl
 func TestTenantIsolationAsApplicationRole(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	populate(ctx, t, d)
 
 	t.Run("tenant B reads none of tenant A's rows", func(t *testing.T) {
@@ -118,8 +121,8 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		// And through the query side.
-		_, err = readmodels.NewReader(d.App).Order(domain.NewContext(ctx, "t-nobody"), "o-1")
-		if !errors.Is(err, readmodels.ErrOrderNotFound) {
+		_, err = rmorders.NewReader(readmodels.NewDB(d.App)).Order(domain.NewContext(ctx, "t-nobody"), "o-1")
+		if !errors.Is(err, rmorders.ErrOrderNotFound) {
 			t.Errorf("another tenant's order: %v, want not found", err)
 		}
 	})
@@ -136,7 +139,7 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 				t.Errorf("%s: %d rows visible without a tenant", table, visible[table])
 			}
 		}
-		if _, err := readmodels.NewReader(d.App).Order(ctx, "o-1"); !errors.Is(err, db.ErrNoTenant) {
+		if _, err := rmorders.NewReader(readmodels.NewDB(d.App)).Order(ctx, "o-1"); !errors.Is(err, db.ErrNoTenant) {
 			t.Errorf("a query without a tenant: %v, want %v", err, db.ErrNoTenant)
 		}
 	})
@@ -160,7 +163,7 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The reader's pipelined path, then a bare transaction.
-		if _, err := readmodels.NewReader(pool).Order(domain.NewContext(ctx, tenantA), "o-1"); err != nil {
+		if _, err := rmorders.NewReader(readmodels.NewDB(pool)).Order(domain.NewContext(ctx, tenantA), "o-1"); err != nil {
 			t.Fatal(err)
 		}
 		tx, err := pool.Begin(ctx)

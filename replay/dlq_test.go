@@ -11,6 +11,7 @@ import (
 	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -22,11 +23,11 @@ import (
 func TestDeadLetterSemantics(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	fixed := &atomic.Bool{}
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	// Version 2 of streams s and u cannot be applied until fixed.
-	p := poisoned{OrderDetails: projections.NewOrderDetails(projections.OrderDetailsTables{}), fixed: fixed,
+	p := poisoned{OrderDetails: projorders.NewOrderDetails(projorders.OrderDetailsTables{}), fixed: fixed,
 		bad: func(ev event.Record) bool {
 			return ev.Version == 2 && (ev.Stream == "order-s" || ev.Stream == "order-u")
 		}}
@@ -128,13 +129,13 @@ JOIN order_details o USING (tenant_id, order_id) WHERE l.tenant_id = 'acme' AND 
 func TestAutoRetryUnparks(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	fixed := &atomic.Bool{}
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	p := poisoned{OrderDetails: projections.NewOrderDetails(projections.OrderDetailsTables{}), fixed: fixed,
+	p := poisoned{OrderDetails: projorders.NewOrderDetails(projorders.OrderDetailsTables{}), fixed: fixed,
 		bad: func(ev event.Record) bool { return ev.Version == 1 }}
 	b := newBundle(t, d, p)
-	runLive(t, b, p, projections.RunnerConfig{DeadLetters: true,
+	runLive(t, b, p, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true,
 		Failures: projections.FailurePolicy{Attempts: 10, InitialDelay: 300 * time.Millisecond, MaxDelay: 300 * time.Millisecond}})
 	appendEvents(ctx, t, b.store, "acme", "order-w", 0, order.Created{OrderID: "w", CustomerID: "c-1", Currency: "EUR", At: at},
 		order.LineAdded{OrderID: "w", ProductID: "p-1", Quantity: 1, UnitPrice: order.Money{Amount: 100, Currency: "EUR"}, At: at})

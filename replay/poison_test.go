@@ -18,13 +18,14 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
 // poisoned is OrderDetails with a handler bug: it cannot apply the events
 // bad picks until fixed is set.
 type poisoned struct {
-	*projections.OrderDetails
+	*projorders.OrderDetails
 	bad   func(event.Record) bool
 	fixed *atomic.Bool
 }
@@ -50,7 +51,7 @@ func (p poisoned) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 }
 
 func (p poisoned) WithTables(m map[string]string) projections.Projection {
-	return poisoned{OrderDetails: p.OrderDetails.WithTables(m).(*projections.OrderDetails), bad: p.bad, fixed: p.fixed}
+	return poisoned{OrderDetails: p.OrderDetails.WithTables(m).(*projorders.OrderDetails), bad: p.bad, fixed: p.fixed}
 }
 
 // TestPoisonIsolation is the acceptance test of decision 5: a handler that
@@ -65,7 +66,7 @@ func TestPoisonIsolation(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	// A cluster of its own: lag is measured, and any transaction held open
 	// elsewhere in a cluster pauses every reader of its log.
-	priv := testdb.NewPrivate(t, nil)
+	priv := testdb.NewPrivate(t, nil, projorders.Migrations)
 	fixed := &atomic.Bool{}
 	const (
 		tenants    = 4
@@ -77,7 +78,7 @@ func TestPoisonIsolation(t *testing.T) {
 	)
 	streamOf := func(i int) (tenant, id string) { return fmt.Sprintf("t%d", i%tenants), fmt.Sprintf("s%02d", i) }
 	poisonTenant, poisonID := streamOf(poisonIdx)
-	p := poisoned{OrderDetails: projections.NewOrderDetails(projections.OrderDetailsTables{}), fixed: fixed,
+	p := poisoned{OrderDetails: projorders.NewOrderDetails(projorders.OrderDetailsTables{}), fixed: fixed,
 		bad: func(ev event.Record) bool {
 			return ev.Tenant == poisonTenant && ev.Stream == order.StreamID(poisonID) && ev.Version == poisonAt
 		}}
@@ -86,7 +87,7 @@ func TestPoisonIsolation(t *testing.T) {
 	store := postgres.New(b.d.App, b.d.Projector, postgres.WithAppendHook(wake.Fire))
 	progress := projections.NewProgress()
 	policy := projections.FailurePolicy{Attempts: 5, InitialDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second}
-	runLive(t, b, p, projections.RunnerConfig{DeadLetters: true, Failures: policy, Wake: wake.C, Progress: progress, PollInterval: 200 * time.Millisecond})
+	runLive(t, b, p, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Failures: policy, Wake: wake.C, Progress: progress, PollInterval: 200 * time.Millisecond})
 
 	// Record when each checkpoint committed.
 	type commit struct {

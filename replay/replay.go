@@ -14,7 +14,6 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/projections"
 )
@@ -56,8 +55,8 @@ type Config struct {
 	App *pgxpool.Pool
 	// Log is the event log.
 	Log Log
-	// Projections are the projections the tooling knows (default
-	// projections.All()). A rebuild needs projections.Retargetable.
+	// Projections are the projections the tooling knows: every module's
+	// (required). A rebuild needs projections.Retargetable.
 	Projections []projections.Projection
 	// ConsumerProjection, when set, lets the dead-letter operations retry
 	// the letters of broker-fed consumers (relay.Consumer). A consumer's
@@ -69,7 +68,9 @@ type Config struct {
 	// consumer's letters are listed and discarded, not retried. Status and
 	// rebuilds leave consumers alone (they read no log).
 	ConsumerProjection func(consumer string, p projections.Projection) projections.Projection
-	// Registry decodes payloads (default order.Registry).
+	// Registry decodes payloads (required): the process's one registry. It
+	// is the registry of every runner, shared read, retry and consumer the
+	// service starts, whatever Runner.Registry says.
 	Registry *event.Registry
 	// Runner tunes the runners of rebuilds (BatchSize defaults to 5000 for
 	// them: larger batches fold more of an order's events into one row
@@ -94,12 +95,14 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Pool == nil || cfg.Log == nil {
 		return nil, errors.New("replay: a projector pool and an event log are required")
 	}
-	if cfg.Projections == nil {
-		cfg.Projections = projections.All()
+	if len(cfg.Projections) == 0 || cfg.Registry == nil {
+		return nil, errors.New("replay: the projections and the event registry are required")
 	}
-	if cfg.Registry == nil {
-		cfg.Registry = order.Registry
-	}
+	// One registry reaches every path that decodes events (ARCHITECTURE
+	// decision 9): a rebuild's runners once fell back to another registry
+	// than its shared reads, parked every event they could not decode and
+	// swapped in tables without those rows.
+	cfg.Runner.Registry = cfg.Registry
 	if cfg.Runner.BatchSize == 0 {
 		cfg.Runner.BatchSize = 5000
 	}
@@ -111,6 +114,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, byName: map[string]projections.Projection{}}
 	for _, p := range cfg.Projections {
+		if err := projections.CheckDecodable(p, cfg.Registry); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
 		if len(p.Name()) > 63-len(rebuildSuffix) {
 			return nil, fmt.Errorf("replay: projection name %q is too long to rebuild (at most %d characters)", p.Name(), 63-len(rebuildSuffix))
 		}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/strata-es/strata/internal/bench"
+	"github.com/strata-es/strata/cmd/strata/bench"
 )
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {

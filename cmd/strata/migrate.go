@@ -7,6 +7,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/internal/db"
 )
 
@@ -33,25 +34,29 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	}
 	defer stopDB()
 	logf := func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
+	lines := modules.All().Lines()
 	switch args[0] {
 	case "up":
-		err = db.Up(ctx, url, logf)
+		err = db.Up(ctx, url, logf, lines...)
 	case "down":
-		err = db.Down(ctx, url, *steps, logf)
+		err = db.Down(ctx, url, *steps, logf, lines...)
 	case "status":
 		var st []db.MigrationStatus
-		if st, err = db.Status(ctx, url); err == nil {
+		if st, err = db.Status(ctx, url, lines...); err == nil {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
+			fmt.Fprintln(tw, "LINE\tVERSION\tNAME\tAPPLIED")
 			for _, m := range st {
 				applied := "pending"
 				if !m.AppliedAt.IsZero() {
 					applied = m.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
 				}
+				if m.Adopted {
+					applied += " (adopted: created by the engine's line before modules)"
+				}
 				if m.Modified {
 					applied += " (modified since it was applied!)"
 				}
-				fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, applied)
+				fmt.Fprintf(tw, "%s\t%03d\t%s\t%s\n", m.Line, m.Version, m.Name, applied)
 			}
 			tw.Flush()
 		}

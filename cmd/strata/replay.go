@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/esdb"
 	"github.com/strata-es/strata/eventstore/postgres"
@@ -168,14 +169,13 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 		return fail(err)
 	}
 	closers = append(closers, app.Close)
-	v, err := db.CurrentVersion(ctx, proj)
-	switch {
+	switch err := db.Check(ctx, proj, modules.All().Lines()...); {
 	case err != nil && db.IsUnavailable(err):
 		return fail(fmt.Errorf("cannot reach the database (check DATABASE_URL and that PostgreSQL is up): %w", err))
+	case errors.Is(err, db.ErrSchemaBehind):
+		return fail(fmt.Errorf("%v: run `strata migrate up`", err))
 	case err != nil:
 		return fail(fmt.Errorf("read the schema version (has `strata migrate up` run?): %w", err))
-	case v < db.LatestVersion():
-		return fail(fmt.Errorf("the database schema is at version %d, this strata needs %d: run `strata migrate up`", v, db.LatestVersion()))
 	}
 	var log replay.Log = postgres.New(app, proj)
 	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
@@ -190,7 +190,13 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", replay.ErrInvalid, err))
 	}
+	mods := modules.All()
+	registry, err := mods.Registry()
+	if err != nil {
+		return fail(err)
+	}
 	svc, err := replay.New(replay.Config{Pool: proj, App: app, Log: log, Logger: logger,
+		Projections: mods.Projections(), Registry: registry,
 		Runner:             projections.RunnerConfig{BatchSize: batch, Failures: policy},
 		ConsumerProjection: relay.ConsumerProjection})
 	if err != nil {

@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // TestReplayCommand drives `strata replay` through run, as an operator
@@ -63,8 +65,8 @@ VALUES ('acme', 'order-ghost', 1, gen_random_uuid(), 'order.line_added', 2,
 	}
 	defer proj.Close()
 	store := postgres.New(nil, proj)
-	r, err := projections.NewRunner(projections.NewOrderDetails(projections.OrderDetailsTables{}), store, proj,
-		projections.RunnerConfig{DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1}})
+	r, err := projections.NewRunner(projorders.NewOrderDetails(projorders.OrderDetailsTables{}), store, proj,
+		projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

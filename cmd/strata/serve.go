@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/domain/event"
@@ -120,6 +121,8 @@ var testSpanExporter sdktrace.SpanExporter
 // (wireCommand, wireQuery, wireProjector) adds its routes, background loops
 // and readiness checks to it.
 type app struct {
+	mods       modules.Set     // the application's bounded contexts
+	registry   *event.Registry // every module's codecs: the one registry of the process
 	logger     *slog.Logger
 	url        string
 	appPool    *pgxpool.Pool   // db.RoleApp
@@ -162,6 +165,14 @@ type readinessCheck struct {
 }
 
 func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.Logger, stdout io.Writer) error {
+	mods := modules.All()
+	registry, err := mods.Registry()
+	if err != nil {
+		return err
+	}
+	if err := mods.CheckProjections(); err != nil {
+		return err
+	}
 	autoMigrate, err := e.boolean("STRATA_AUTO_MIGRATE", true)
 	if err != nil {
 		return err
@@ -204,7 +215,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	}
 	defer stopDB()
 	if autoMigrate {
-		if err := db.Up(ctx, url, func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }); err != nil {
+		if err := db.Up(ctx, url, func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }, mods.Lines()...); err != nil {
 			return fmt.Errorf("migrate (set STRATA_AUTO_MIGRATE=false and run `strata migrate up` with an owner's DATABASE_URL if this role may not change the schema): %w", err)
 		}
 	}
@@ -220,6 +231,8 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	defer projPool.Close()
 
 	a := &app{
+		mods:     mods,
+		registry: registry,
 		logger:   logger,
 		url:      url,
 		appPool:  appPool,
@@ -257,7 +270,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.router.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet).Name("livez")
-	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool) }})
+	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool, mods) }})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
 	a.router.Handle("/metrics", a.metrics.Handler()).Methods(http.MethodGet).Name("metrics")
 	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
@@ -363,21 +376,31 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	return failure
 }
 
+// wireCommand mounts every module's command routes, each aggregate type's
+// handler sharing the store, the idempotency records, the registry and the
+// telemetry middleware.
 func wireCommand(a *app) error {
-	h := commands.NewHandler(telemetry.InstrumentStore(a.events, a.metrics), a.store, commands.Config{})
-	commandapi.New(telemetry.InstrumentCommands(h, a.metrics)).Register(a.commandAPI)
-	return nil
+	return a.mods.MountCommands(a.commandAPI, commandapi.Deps{
+		Store:       telemetry.InstrumentStore(a.events, a.metrics),
+		Idempotency: a.store,
+		Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
+	})
 }
 
-func schemaCurrent(ctx context.Context, pool *pgxpool.Pool) error {
-	v, err := db.CurrentVersion(ctx, pool)
-	if err != nil {
+// schemaCurrent reports whether every migration line (the engine's and
+// each module's) is at the version this binary expects.
+func schemaCurrent(ctx context.Context, pool *pgxpool.Pool, mods modules.Set) error {
+	err := db.Check(ctx, pool, mods.Lines()...)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, db.ErrSchemaBehind):
+		return fmt.Errorf("%v: run `strata migrate up`", err)
+	case db.IsUnavailable(err):
 		return errors.New("unreachable")
+	default:
+		return err
 	}
-	if v != db.LatestVersion() {
-		return fmt.Errorf("schema at version %d, want %d: run `strata migrate up`", v, db.LatestVersion())
-	}
-	return nil
 }
 
 // readyz reports whether this process can serve: every check of its roles

@@ -58,6 +58,7 @@ func wireAdmin(a *app) error {
 		return err
 	}
 	svc, err := replay.New(replay.Config{Pool: a.projPool, App: a.appPool, Log: a.log, Logger: a.logger,
+		Projections: a.mods.Projections(), Registry: a.registry,
 		Runner:             projections.RunnerConfig{Failures: policy},
 		ConsumerProjection: relay.ConsumerProjection})
 	if err != nil {
@@ -69,7 +70,7 @@ func wireAdmin(a *app) error {
 		stop() // background rebuilds stop with the process; they resume when started again
 		return nil
 	}})
-	reader := readmodels.NewReader(a.appPool)
+	reader := readmodels.NewDB(a.appPool)
 	audit := func(ctx context.Context, e adminapi.Audit) error {
 		return reader.RecordAudit(ctx, readmodels.AuditEntry{Subject: e.Subject, Action: e.Action, Target: e.Target, RequestID: e.RequestID})
 	}
@@ -77,7 +78,7 @@ func wireAdmin(a *app) error {
 
 	// strata_dead_letters{projection} and the lag, at scrape time: the
 	// monitor's lag over the whole log and the checkpoints' counters.
-	monitor := projections.NewMonitor(projections.MonitorConfig{App: a.appPool, Log: a.log, Names: projections.Names(projections.All())})
+	monitor := projections.NewMonitor(projections.MonitorConfig{App: a.appPool, Log: a.log, Names: projections.Names(a.mods.Projections())})
 	a.metrics.RegisterProjections(func(ctx context.Context) ([]telemetry.ProjectionStat, error) {
 		list, err := monitor.All(ctx)
 		if err != nil {

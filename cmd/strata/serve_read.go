@@ -58,12 +58,14 @@ func wireQuery(a *app) error {
 	monitor := projections.NewMonitor(projections.MonitorConfig{
 		App:         a.appPool,
 		Log:         a.log,
-		Names:       projections.Names(projections.All()),
+		Names:       projections.Names(a.mods.Projections()),
 		Local:       rs.local,
 		ExternalLog: a.external,
 	})
-	api := queryapi.New(readmodels.NewReader(a.appPool), projections.NewConsistency(a.appPool, rs.progress), monitor, queryapi.Config{})
-	api.Register(a.queryAPI)
+	models := readmodels.NewDB(a.appPool)
+	api := queryapi.New(models, projections.NewConsistency(a.appPool, rs.progress), monitor, queryapi.Config{})
+	api.RegisterAdmin(a.queryAPI)
+	api.Register(a.queryAPI, a.mods.Queries(models)...)
 	return nil
 }
 
@@ -97,14 +99,15 @@ func wireProjector(a *app) error {
 	var runners []*projections.Runner
 	// Runners catching up together (a fresh install, a restart far behind)
 	// read and decode each batch once between them.
-	shared := projections.NewSharedReads(a.log, nil, 0)
-	for _, p := range projections.All() {
+	shared := projections.NewSharedReads(a.log, a.registry, 0)
+	for _, p := range a.mods.Projections() {
 		r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
 			BatchSize:    batch,
 			PollInterval: poll,
 			Wake:         wake.C,
 			Progress:     rs.progress,
 			Shared:       shared,
+			Registry:     a.registry,
 			Logger:       a.logger,
 			DeadLetters:  true, // decision 5: a poison event parks its stream (docs/replay.md)
 			Failures:     policy,

@@ -2,17 +2,16 @@ package commandapi
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -20,188 +19,118 @@ import (
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/internal/httpapi"
 )
 
-// Executor runs commands; *commands.Handler implements it (decorators for
-// tracing and metrics wrap it).
-type Executor interface {
-	Handle(ctx context.Context, cmd commands.Command, opts commands.Options) (commands.Result, error)
+// Resource is how one aggregate type appears in the command API.
+type Resource struct {
+	// IDField names the aggregate's ID in the success body ("order_id",
+	// "sku"): {"<IDField>": id, "version": n, "position": token}.
+	IDField string
+	// Location returns the URL path of a created aggregate, sent with a 201
+	// answer; nil sends none.
+	Location func(id string) string
 }
 
-// API serves the command routes.
-type API struct {
-	exec Executor
+// Route is one command route: where it is, what it answers on success, and
+// how a request becomes the command it asks for.
+type Route[A any] struct {
+	// Name is the route's stable name in metrics and logs ("order.place").
+	Name   string
+	Method string
+	// Path is a gorilla/mux template ("/v1/orders/{id}/place").
+	Path string
+	// Status is the success status: 200, or 201 for a route creating its
+	// aggregate (default 200).
+	Status int
+	// Command parses the request (path variables with PathID, the body with
+	// DecodeBody, DecodeOptional or EmptyBody) into the command. Its error
+	// is answered as httpapi classifies it (an *httpapi.Error, or a domain
+	// kind: ErrInvalid is 400).
+	Command func(w http.ResponseWriter, r *http.Request) (commands.Command[A], error)
 }
 
-// New returns the command API over exec.
-func New(exec Executor) *API { return &API{exec: exec} }
-
-// Register adds the routes to r, which must already authenticate.
-func (a *API) Register(r *mux.Router) {
-	r.HandleFunc("/v1/orders", a.createOrder).Methods(http.MethodPost).Name("order.create")
-	r.HandleFunc("/v1/orders/{id}/lines", a.addLine).Methods(http.MethodPost).Name("order.add_line")
-	r.HandleFunc("/v1/orders/{id}/lines/{product_id}", a.removeLine).Methods(http.MethodDelete).Name("order.remove_line")
-	r.HandleFunc("/v1/orders/{id}/place", a.place).Methods(http.MethodPost).Name("order.place")
-	r.HandleFunc("/v1/orders/{id}/pay", a.pay).Methods(http.MethodPost).Name("order.pay")
-	r.HandleFunc("/v1/orders/{id}/cancel", a.cancel).Methods(http.MethodPost).Name("order.cancel")
+// Deps is what the engine gives a module to mount its command routes.
+type Deps struct {
+	Store       eventstore.Store
+	Idempotency eventstore.IdempotencyStore // nil: Idempotency-Key requests fail
+	// Config is every handler's configuration: the process's registry,
+	// the telemetry middleware, the clock.
+	Config commands.Config
 }
 
-// Request bodies. Field names are the API contract.
-type (
-	createOrderRequest struct {
-		OrderID    string `json:"order_id"`
-		CustomerID string `json:"customer_id"`
-		Currency   string `json:"currency"`
+// Mount builds the handler for the aggregate agg and registers its routes
+// on r (which must already authenticate): the one call a module's write
+// side makes per aggregate type.
+func Mount[A any](r *mux.Router, d Deps, agg commands.Aggregate[A], res Resource, routes ...Route[A]) error {
+	h, err := commands.NewHandler(agg, d.Store, d.Idempotency, d.Config)
+	if err != nil {
+		return fmt.Errorf("mount %s commands: %w", agg.Kind, err)
 	}
-	moneyJSON struct {
-		Amount   int64  `json:"amount"`
-		Currency string `json:"currency"`
-	}
-	addLineRequest struct {
-		ProductID string     `json:"product_id"`
-		Quantity  int64      `json:"quantity"`
-		UnitPrice *moneyJSON `json:"unit_price"`
-	}
-	payRequest struct {
-		PaymentReference string `json:"payment_reference"`
-	}
-	cancelRequest struct {
-		Reason string `json:"reason"`
-	}
-	emptyRequest struct{}
-)
-
-// Response is the success body of every command.
-type Response struct {
-	OrderID string `json:"order_id"`
-	Version int64  `json:"version"`
-	// Position is an opaque consistency token: send it back as
-	// X-Consistency-Token to read your own write.
-	Position string `json:"position"`
+	Register(r, h, res, routes...)
+	return nil
 }
 
-func (a *API) createOrder(w http.ResponseWriter, r *http.Request) {
-	var req createOrderRequest
-	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
+// Register adds routes to r, which must already authenticate, each
+// executing its command through exec with the API's If-Match,
+// Idempotency-Key and answer semantics.
+func Register[A any](r *mux.Router, exec commands.Executor[A], res Resource, routes ...Route[A]) {
+	for _, rt := range routes {
+		status := rt.Status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		parse := rt.Command
+		r.HandleFunc(rt.Path, func(w http.ResponseWriter, r *http.Request) {
+			cmd, err := parse(w, r)
+			if err != nil {
+				httpapi.WriteError(w, r, err)
+				return
+			}
+			execute(w, r, exec, res, cmd, status)
+		}).Methods(rt.Method).Name(rt.Name)
 	}
-	if req.OrderID == "" {
-		// A generated ID; with an Idempotency-Key a retry replays the
-		// stored response, so the client still learns one stable ID.
-		req.OrderID = uuid.NewString()
+}
+
+// PathID returns the path variable name, checked as an entity ID (what
+// names it in the error, e.g. "order id").
+func PathID(r *http.Request, name, what string) (string, error) {
+	id := mux.Vars(r)[name]
+	if err := domain.ValidateEntityID(what, id); err != nil {
+		return "", err
 	}
-	if err := domain.ValidateEntityID("order_id", req.OrderID); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	for _, missing := range []struct{ name, v string }{{"customer_id", req.CustomerID}, {"currency", req.Currency}} {
-		if missing.v == "" {
-			httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, missing.name+" is required"))
-			return
+	return id, nil
+}
+
+// DecodeBody decodes the request's JSON body strictly into dst.
+func DecodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
+	return httpapi.DecodeJSON(w, r, dst)
+}
+
+// Required returns a 400 naming the first field whose value is empty, or
+// nil. Pairs are field name, value.
+func Required(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			return httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, pairs[i]+" is required")
 		}
 	}
-	a.execute(w, r, commands.CreateOrder{OrderID: req.OrderID, CustomerID: req.CustomerID, Currency: req.Currency}, http.StatusCreated)
+	return nil
 }
 
-func (a *API) addLine(w http.ResponseWriter, r *http.Request) {
-	id, ok := orderID(w, r)
-	if !ok {
-		return
-	}
-	var req addLineRequest
-	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	switch {
-	case req.ProductID == "":
-		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, "product_id is required"))
-		return
-	case req.UnitPrice == nil:
-		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, "unit_price is required"))
-		return
-	}
-	a.execute(w, r, commands.AddLine{OrderID: id, ProductID: req.ProductID, Quantity: req.Quantity,
-		UnitPrice: order.Money{Amount: req.UnitPrice.Amount, Currency: req.UnitPrice.Currency}}, http.StatusOK)
+// EmptyBody accepts no body or an empty JSON object.
+func EmptyBody(w http.ResponseWriter, r *http.Request) error {
+	return DecodeOptional(w, r, &struct{}{})
 }
 
-func (a *API) removeLine(w http.ResponseWriter, r *http.Request) {
-	id, ok := orderID(w, r)
-	if !ok {
-		return
-	}
-	product := mux.Vars(r)["product_id"]
-	if err := domain.ValidateEntityID("product_id", product); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	if !optionalEmptyBody(w, r) {
-		return
-	}
-	a.execute(w, r, commands.RemoveLine{OrderID: id, ProductID: product}, http.StatusOK)
-}
-
-func (a *API) place(w http.ResponseWriter, r *http.Request) {
-	id, ok := orderID(w, r)
-	if !ok || !optionalEmptyBody(w, r) {
-		return
-	}
-	a.execute(w, r, commands.PlaceOrder{OrderID: id}, http.StatusOK)
-}
-
-func (a *API) pay(w http.ResponseWriter, r *http.Request) {
-	id, ok := orderID(w, r)
-	if !ok {
-		return
-	}
-	var req payRequest
-	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	a.execute(w, r, commands.PayOrder{OrderID: id, PaymentReference: req.PaymentReference}, http.StatusOK)
-}
-
-func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
-	id, ok := orderID(w, r)
-	if !ok {
-		return
-	}
-	var req cancelRequest
-	if !decodeOptional(w, r, &req) {
-		return
-	}
-	a.execute(w, r, commands.CancelOrder{OrderID: id, Reason: req.Reason}, http.StatusOK)
-}
-
-func orderID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("order id", id); err != nil {
-		httpapi.WriteError(w, r, err)
-		return "", false
-	}
-	return id, true
-}
-
-// optionalEmptyBody accepts no body or an empty JSON object.
-func optionalEmptyBody(w http.ResponseWriter, r *http.Request) bool {
-	return decodeOptional(w, r, &emptyRequest{})
-}
-
-// decodeOptional decodes a body that may be absent altogether.
-func decodeOptional(w http.ResponseWriter, r *http.Request, dst any) bool {
+// DecodeOptional decodes a body that may be absent altogether.
+func DecodeOptional(w http.ResponseWriter, r *http.Request, dst any) error {
 	body, err := httpapi.ReadBody(w, r)
 	if err == nil && len(bytes.TrimSpace(body)) > 0 {
 		err = httpapi.DecodeStrict(body, dst)
 	}
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return false
-	}
-	return true
+	return err
 }
 
 var idempotencyKeyPattern = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
@@ -213,10 +142,10 @@ type storedResponse struct {
 	Body   json.RawMessage `json:"body"`
 }
 
-func (a *API) execute(w http.ResponseWriter, r *http.Request, cmd commands.Command, okStatus int) {
+func execute[A any](w http.ResponseWriter, r *http.Request, exec commands.Executor[A], rs Resource, cmd commands.Command[A], okStatus int) {
 	opts := commands.Options{Metadata: metadata(r)}
 	if v := r.Header.Get("If-Match"); v != "" {
-		expected, err := parseIfMatch(v)
+		expected, err := ParseIfMatch(v)
 		if err != nil {
 			httpapi.WriteError(w, r, err)
 			return
@@ -233,12 +162,12 @@ func (a *API) execute(w http.ResponseWriter, r *http.Request, cmd commands.Comma
 			Key:         key,
 			RequestHash: requestHash(cmd, opts.ExpectedVersion),
 			Respond: func(res commands.Result, err error) ([]byte, error) {
-				status, body := render(res, err, okStatus)
+				status, body := render(rs, res, err, okStatus)
 				return json.Marshal(storedResponse{Status: status, Body: body})
 			},
 		}
 	}
-	res, err := a.exec.Handle(r.Context(), cmd, opts)
+	res, err := exec.Handle(r.Context(), cmd, opts)
 	switch {
 	case errors.Is(err, commands.ErrIdempotencyKeyReused):
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusUnprocessableEntity, httpapi.CodeIdempotencyKeyReused,
@@ -258,28 +187,46 @@ func (a *API) execute(w http.ResponseWriter, r *http.Request, cmd commands.Comma
 		return
 	}
 	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(res.Version, 10)))
-	if okStatus == http.StatusCreated {
-		w.Header().Set("Location", "/v1/orders/"+res.OrderID)
+	if okStatus == http.StatusCreated && rs.Location != nil {
+		w.Header().Set("Location", rs.Location(res.ID))
 	}
-	status, body := render(res, nil, okStatus)
+	status, body := render(rs, res, nil, okStatus)
 	httpapi.WriteRaw(w, status, body)
 }
 
 // render produces the status and body for an outcome, the same whether it
 // is sent now or stored for replay.
-func render(res commands.Result, err error, okStatus int) (int, []byte) {
+func render(rs Resource, res commands.Result, err error, okStatus int) (int, []byte) {
 	if err != nil {
 		e := httpapi.Classify(err)
 		return e.Status, httpapi.ErrorBody(e.Code, e.Message)
 	}
-	body, _ := json.Marshal(Response{OrderID: res.OrderID, Version: res.Version, Position: res.Position.Token()})
-	return okStatus, body
+	return okStatus, successBody(rs.IDField, res)
+}
+
+// successBody is {"<idField>": id, "version": n, "position": token}, in that
+// order (the documented shape; a map would sort the keys).
+func successBody(idField string, res commands.Result) []byte {
+	b := []byte{'{'}
+	b, _ = appendJSON(b, idField)
+	b = append(b, ':')
+	b, _ = appendJSON(b, res.ID)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, res.Version, 10)
+	b = append(b, `,"position":`...)
+	b, _ = appendJSON(b, res.Position.Token())
+	return append(b, '}')
+}
+
+func appendJSON(b []byte, s string) ([]byte, error) {
+	q, err := json.Marshal(s)
+	return append(b, q...), err
 }
 
 // requestHash fingerprints a command: its name and canonical JSON (path
 // parameters included, since they are fields of the command) and the
 // If-Match precondition.
-func requestHash(cmd commands.Command, expected *int64) string {
+func requestHash(cmd commands.Named, expected *int64) string {
 	body, _ := json.Marshal(cmd)
 	h := sha256.New()
 	h.Write([]byte(cmd.Name()))
@@ -292,15 +239,15 @@ func requestHash(cmd commands.Command, expected *int64) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// parseIfMatch accepts "3" (quoted, as an ETag) or 3.
-func parseIfMatch(v string) (int64, error) {
+// ParseIfMatch accepts "3" (quoted, as an ETag) or 3.
+func ParseIfMatch(v string) (int64, error) {
 	v = strings.TrimSpace(v)
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		v = v[1 : len(v)-1]
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 || len(v) > 19 {
-		return 0, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, `If-Match must be an order version, e.g. "3"`)
+		return 0, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, `If-Match must be a version, e.g. "3"`)
 	}
 	return n, nil
 }

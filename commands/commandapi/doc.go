@@ -1,5 +1,7 @@
-// Package commandapi is the command HTTP API: gorilla/mux routes that turn
-// strict JSON requests into commands, run them through commands.Handler
-// with If-Match and Idempotency-Key semantics, and answer in the API's one
-// success and error shapes.
+// Package commandapi is the generic command HTTP executor: a module
+// registers its routes (Register with a Resource and Routes), each turning a
+// strict JSON request into a command that runs through a
+// commands.Executor with If-Match and Idempotency-Key semantics, answered
+// in the API's one success and error shapes. It knows no aggregate: the
+// response's ID field and Location come from the Resource.
 package commandapi

@@ -75,6 +75,12 @@ func (r *Registry) Types() []string {
 	return out
 }
 
+// Has reports whether typ has a codec.
+func (r *Registry) Has(typ string) bool {
+	_, ok := r.byType[typ]
+	return ok
+}
+
 // Encode marshals p and returns its type name and current schema version.
 func (r *Registry) Encode(p Payload) (typ string, version int, data []byte, err error) {
 	if p == nil || reflect.ValueOf(p).Kind() == reflect.Pointer && reflect.ValueOf(p).IsNil() {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/projections"
@@ -297,7 +298,7 @@ ORDER BY e.tx_id DESC, e.position DESC LIMIT 1`).Scan(&tx, &pos)
 // readCheckpoints returns every projection's checkpoint.
 func readCheckpoints(ctx context.Context, conn *pgx.Conn) (map[string]projections.Checkpoint, error) {
 	conn.Exec(ctx, "SET search_path = strata") //nolint:errcheck // the query below fails instead
-	return projections.ReadCheckpoints(ctx, conn, projections.Names(projections.All())...)
+	return projections.ReadCheckpoints(ctx, conn, projections.Names(modules.All().Projections())...)
 }
 
 // waitAtHead waits until every projection's checkpoint has reached target
@@ -315,7 +316,7 @@ func waitAtHead(ctx context.Context, url string, target event.Position, limit ti
 			return time.Time{}, false, "", err
 		}
 		behind = ""
-		names := projections.Names(projections.All())
+		names := projections.Names(modules.All().Projections())
 		sort.Strings(names)
 		for _, name := range names {
 			if cp := cps[name]; cp.Position.Less(target) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
@@ -124,7 +125,7 @@ ORDER BY array_position(i.indkey::int2[], a.attnum)`, db.Schema, table)
 // readModelTables lists every table the projections write.
 func readModelTables() []string {
 	var out []string
-	for _, p := range projections.All() {
+	for _, p := range modules.All().Projections() {
 		out = append(out, p.Tables()...)
 	}
 	sort.Strings(out)
@@ -149,7 +150,7 @@ func (e *env) compareWithRebuild(ctx context.Context, liveDB string) (rebuildVer
 		return v, err
 	}
 	refURL := e.adminURL(refDB)
-	if err := db.Up(ctx, refURL, nil); err != nil {
+	if err := db.Up(ctx, refURL, nil, modules.All().Lines()...); err != nil {
 		return v, fmt.Errorf("migrate the rebuild database: %w", err)
 	}
 	live, err := connectAdmin(ctx, e.adminURL(liveDB))
@@ -192,8 +193,8 @@ func (e *env) compareWithRebuild(ctx context.Context, liveDB string) (rebuildVer
 		return v, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, p := range projections.All() {
-		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{BatchSize: 2000, Logger: quiet})
+	for _, p := range modules.All().Projections() {
+		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{BatchSize: 2000, Registry: modules.All().MustRegistry(), Logger: quiet})
 		if err != nil {
 			return v, err
 		}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/projections"
 )
@@ -497,7 +498,7 @@ func (e *env) runR5(ctx context.Context, r *Result) error {
 	if hold.err != nil {
 		return fmt.Errorf("long transaction: %w", hold.err)
 	}
-	names := projections.Names(projections.All())
+	names := projections.Names(modules.All().Projections())
 	minLag, minEvents := -1.0, int64(-1)
 	for _, n := range names {
 		if minLag < 0 || hold.maxLag[n] < minLag {

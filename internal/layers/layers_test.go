@@ -4,11 +4,13 @@
 package layers
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,13 +21,39 @@ const module = "github.com/strata-es/strata/"
 // rule: the packages at or below Under may import nothing at or below any
 // of Banned (module-relative). StdlibOnly also bans every third-party
 // module: only the standard library and the module's own packages that no
-// Banned entry excludes.
+// Banned entry excludes. EngineOnly leaves the application's modules out of
+// the rule; BanModules bans importing any module package.
 type rule struct {
 	Under      string
 	Banned     []string
 	Except     []string // Under's packages the rule does not cover
 	StdlibOnly bool
+	EngineOnly bool
+	BanModules bool
 	Why        string
+}
+
+// The application's modules (ARCHITECTURE decision 9) live beside the
+// engine under its top-level names: every package below domain/,
+// commands/, projections/ or readmodels/ that is not one of the engine's
+// own subpackages is a module's (domain/order, commands/orders,
+// projections/orders/ordertest, ...). No list of modules to keep: a new
+// module is covered by being where modules live.
+var (
+	moduleRoots = []string{"domain", "commands", "projections", "readmodels"}
+	engineSubs  = []string{"domain/event", "commands/commandapi", "commands/commandtest",
+		"projections/relay", "projections/projectiontest", "readmodels/queryapi"}
+)
+
+// isModule reports whether the module-relative package dir belongs to an
+// application module.
+func isModule(dir string) bool {
+	for _, root := range moduleRoots {
+		if strings.HasPrefix(dir, root+"/") && !slicesAny(engineSubs, func(e string) bool { return within(dir, e) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // adapters are the concrete event stores; only cmd/strata wires them,
@@ -45,13 +73,29 @@ var rules = []rule{
 		Why: "projections read the log through the port and never reach into the write or query side"},
 	{Under: "readmodels", Banned: append([]string{"commands", "replay", "cmd", "eventstore"}, adapters...),
 		Why: "the query side reads its tables; it never calls the write side"},
-	{Under: "readmodels", Except: []string{"readmodels/queryapi"}, Banned: []string{"projections"},
+	{Under: "readmodels", Except: []string{"readmodels/queryapi"}, EngineOnly: true, Banned: []string{"projections"},
 		Why: "readmodels reads tables; only the query API needs projections (lag and positions)"},
 	{Under: "replay", Banned: append([]string{"commands", "readmodels", "cmd"}, adapters...),
 		Why: "replay rebuilds through projections and the port"},
-	{Under: "internal", Except: []string{"internal/bench", "internal/chaos"}, Banned: append([]string{"cmd"}, adapters...),
-		Why: "shared infrastructure does not wire concrete stores; bench and chaos stand up whole systems"},
+	{Under: "internal", Except: []string{"internal/chaos"}, Banned: append([]string{"cmd"}, adapters...),
+		Why: "shared infrastructure does not wire concrete stores; the chaos harness stands up a whole system"},
 }
+
+// engineRules hold for every engine package: the engine knows no domain.
+var engineRules = func() []rule {
+	var out []rule
+	for _, under := range []string{"domain", "commands", "projections", "readmodels", "replay", "eventstore", "internal"} {
+		r := rule{Under: under, EngineOnly: true, BanModules: true,
+			Why: "the engine knows no domain (ARCHITECTURE decision 9): modules are wired in cmd/strata only"}
+		if under == "internal" {
+			// The fault harness drives the orders module from outside; it
+			// moves off internal/ with its own issue step.
+			r.Except = []string{"internal/chaos"}
+		}
+		out = append(out, r)
+	}
+	return out
+}()
 
 func TestDependencyDirection(t *testing.T) {
 	root := moduleRoot(t)
@@ -95,10 +139,20 @@ func TestDependencyDirection(t *testing.T) {
 	if files < 50 {
 		t.Fatalf("read only %d Go files under %s: is this the module root?", files, root)
 	}
+	for _, v := range violations(imports, append(rules, engineRules...)) {
+		t.Error(v)
+	}
+}
+
+// violations checks imports (package dir -> "file\x00import path") against
+// rules and returns one line per breach, plus one per rule covering no
+// package (a package moved and the table did not follow).
+func violations(imports map[string][]string, rules []rule) []string {
+	var out []string
 	for _, r := range rules {
 		covered := 0
 		for dir, imps := range imports {
-			if !within(dir, r.Under) || slicesAny(r.Except, func(e string) bool { return within(dir, e) }) {
+			if !within(dir, r.Under) || slicesAny(r.Except, func(e string) bool { return within(dir, e) }) || r.EngineOnly && isModule(dir) {
 				continue
 			}
 			covered++
@@ -107,15 +161,49 @@ func TestDependencyDirection(t *testing.T) {
 				own, isOwn := strings.CutPrefix(p, module)
 				switch {
 				case isOwn && slicesAny(r.Banned, func(b string) bool { return within(own, b) }):
+				case isOwn && r.BanModules && isModule(own):
 				case !isOwn && r.StdlibOnly && (p == "C" || strings.Contains(strings.Split(p, "/")[0], ".")):
 				default:
 					continue
 				}
-				t.Errorf("%s/%s imports %s: %s", dir, file, p, r.Why)
+				out = append(out, fmt.Sprintf("%s/%s imports %s: %s", dir, file, p, r.Why))
 			}
 		}
 		if covered == 0 {
-			t.Errorf("rule for %s covers no package: a package moved; update the table", r.Under)
+			out = append(out, fmt.Sprintf("rule for %s covers no package: a package moved; update the table", r.Under))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestEngineRuleBites: the rules catch an engine package that imports a
+// module (the runner reaching for domain/order, the query plumbing for a
+// module's reader) and leave a module importing the engine alone.
+func TestEngineRuleBites(t *testing.T) {
+	imports := map[string][]string{
+		"projections":              {"runner.go\x00" + module + "domain/order"},
+		"readmodels/queryapi":      {"api.go\x00" + module + "readmodels/orders"},
+		"commands":                 {"handler.go\x00" + module + "domain/event"},
+		"projections/orders":       {"order_list.go\x00" + module + "projections"},
+		"domain":                   nil,
+		"eventstore":               nil,
+		"replay":                   nil,
+		"internal/db":              nil,
+		"readmodels":               nil,
+		"projections/orders/extra": {"x.go\x00" + module + "domain/order"},
+	}
+	got := violations(imports, engineRules)
+	want := []string{
+		"projections/runner.go imports " + module + "domain/order: the engine knows no domain",
+		"readmodels/queryapi/api.go imports " + module + "readmodels/orders: the engine knows no domain",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("violations:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("violation %d: %s, want %s...", i, got[i], want[i])
 		}
 	}
 }

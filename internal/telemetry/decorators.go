@@ -16,28 +16,27 @@ import (
 	"github.com/strata-es/strata/internal/db"
 )
 
-// Executor is the command handler's interface (commandapi.Executor).
-type Executor interface {
-	Handle(ctx context.Context, cmd commands.Command, opts commands.Options) (commands.Result, error)
-}
-
-// InstrumentCommands wraps exec with a span per command and the
-// strata_commands_total / strata_command_duration_seconds metrics.
-func InstrumentCommands(exec Executor, m *Metrics) Executor {
-	return &commandExecutor{next: exec, m: m}
+// CommandMiddleware gives every command, of any aggregate, a span and the
+// strata_commands_total / strata_command_duration_seconds metrics
+// (commands.Config.Middleware).
+func CommandMiddleware(m *Metrics) commands.Middleware {
+	return func(next commands.HandleFunc) commands.HandleFunc {
+		c := commandExecutor{next: next, m: m}
+		return c.Handle
+	}
 }
 
 type commandExecutor struct {
-	next Executor
+	next commands.HandleFunc
 	m    *Metrics
 }
 
-func (c *commandExecutor) Handle(ctx context.Context, cmd commands.Command, opts commands.Options) (commands.Result, error) {
+func (c *commandExecutor) Handle(ctx context.Context, cmd commands.Named, opts commands.Options) (commands.Result, error) {
 	tenant, _ := domain.TenantFromContext(ctx)
 	ctx, span := Tracer().Start(ctx, "command "+cmd.Name(), trace.WithAttributes(
 		attribute.String("strata.command", cmd.Name()),
 		attribute.String("strata.tenant", string(tenant)),
-		attribute.String("strata.order_id", cmd.Target()),
+		attribute.String("strata.aggregate_id", cmd.Target()),
 		attribute.Bool("strata.idempotency_key", opts.Idempotency != nil),
 	))
 	defer span.End()
@@ -48,7 +47,7 @@ func (c *commandExecutor) Handle(ctx context.Context, cmd commands.Command, opts
 		opts.Metadata.TraceParent = traceparent(sc)
 		opts.Metadata.TraceState = sc.TraceState().String()
 	}
-	res, err := c.next.Handle(ctx, cmd, opts)
+	res, err := c.next(ctx, cmd, opts)
 	outcome := Outcome(res, err)
 	c.m.Commands.WithLabelValues(cmd.Name(), outcome).Inc()
 	c.m.CommandDuration.WithLabelValues(cmd.Name()).Observe(time.Since(start).Seconds())

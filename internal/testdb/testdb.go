@@ -5,8 +5,6 @@ package testdb
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,21 +23,20 @@ type DB struct {
 	Projector *pgxpool.Pool // runs as db.RoleProjector
 }
 
-// TemplateName names the template database for the current migrations, so
-// a changed migration builds a new template instead of reusing a stale one.
-func TemplateName() string {
-	h := sha256.New()
-	for _, m := range db.Migrations() {
-		h.Write([]byte(m.Checksum))
-	}
-	return "strata_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12]
+// TemplateName names the template database for the current migrations of
+// the engine and lines, so a changed migration builds a new template
+// instead of reusing a stale one.
+func TemplateName(lines ...db.Line) string {
+	return "strata_tmpl_" + db.Fingerprint(lines...)[:12]
 }
 
-// New returns a fresh migrated database with open pools, closed in cleanup.
-func New(t testing.TB) *DB {
+// New returns a fresh database with open pools, closed in cleanup,
+// migrated with the engine's line and the given modules' lines (a test of
+// a module passes its own; tests that run every module pass them all).
+func New(t testing.TB, lines ...db.Line) *DB {
 	t.Helper()
-	url := pgtest.NewDatabase(t, pgtest.WithTemplate(TemplateName(), func(ctx context.Context, adminURL string) error {
-		return db.Up(ctx, adminURL, nil)
+	url := pgtest.NewDatabase(t, pgtest.WithTemplate(TemplateName(lines...), func(ctx context.Context, adminURL string) error {
+		return db.Up(ctx, adminURL, nil, lines...)
 	}))
 	ctx := context.Background()
 	app, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: 16})
@@ -65,12 +62,12 @@ type Private struct {
 // horizon with other tests (a transaction held open anywhere in a cluster
 // pauses every global-log reader of that cluster, by design), or that stop
 // and restart PostgreSQL.
-func NewPrivate(t testing.TB, settings map[string]string) *Private {
+func NewPrivate(t testing.TB, settings map[string]string, lines ...db.Line) *Private {
 	t.Helper()
 	srv := pgtest.StartPrivate(t, settings)
 	url := srv.URL()
 	ctx := context.Background()
-	if err := db.Up(ctx, url, nil); err != nil {
+	if err := db.Up(ctx, url, nil, lines...); err != nil {
 		t.Fatalf("migrate private cluster: %v", err)
 	}
 	app, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: 16})

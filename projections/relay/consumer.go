@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
 )
@@ -42,7 +41,7 @@ type ConsumerConfig struct {
 	// Sink stores dead letters (default StoreSink: the shared dead-letter
 	// store that `strata replay dlq` works on).
 	Sink DeadLetterSink
-	// Registry decodes payloads (default order.Registry).
+	// Registry decodes payloads. Required: the process's one registry.
 	Registry *event.Registry
 	// CloseTimeout bounds the wait for messages in flight on shutdown
 	// (default 30s).
@@ -72,9 +71,6 @@ func (c *ConsumerConfig) setDefaults() {
 	if c.Sink == nil {
 		c.Sink = StoreSink{}
 	}
-	if c.Registry == nil {
-		c.Registry = order.Registry
-	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = 30 * time.Second
 	}
@@ -97,6 +93,9 @@ func (c ConsumerConfig) Validate() error {
 	}
 	if c.CloseTimeout <= 0 {
 		errs = append(errs, errors.New("close timeout: want a positive duration"))
+	}
+	if c.Registry == nil {
+		errs = append(errs, errors.New("registry is required (the process's event registry)"))
 	}
 	return errors.Join(errs...)
 }

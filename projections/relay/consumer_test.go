@@ -13,9 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // hooked wraps a projection: before applying an event it calls hook, which
@@ -36,7 +38,7 @@ func (h hooked) Apply(b *pgx.Batch, ev projections.Event) error {
 // runner.
 func storeFed(ctx context.Context, t *testing.T, d *testdb.DB, p projections.Projection) {
 	t.Helper()
-	r, err := projections.NewRunner(p, postgres.New(d.App, d.Projector), d.Projector, projections.RunnerConfig{Logger: quietLogger()})
+	r, err := projections.NewRunner(p, postgres.New(d.App, d.Projector), d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func deadLetterCount(ctx context.Context, t *testing.T, d *testdb.DB) int {
 func TestConsumerShutdownIsNotPoison(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(21, 2, 40)
@@ -78,7 +80,7 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 			consumer := "shutdown_" + tr.name
 			inFlight := make(chan struct{})
 			var once sync.Once
-			hanging := hooked{Projection: projections.NewOrderList(projections.OrderListTables{Orders: "s_order_list"}),
+			hanging := hooked{Projection: projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}),
 				hook: func(b *pgx.Batch, ev projections.Event) error {
 					if ev.ID == eventID(blocked) {
 						once.Do(func() { close(inFlight) })
@@ -86,7 +88,7 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 					}
 					return nil
 				}}
-			c1, err := NewConsumer(d.Projector, ConsumerConfig{Topic: tr.topic, MaxRetries: 3, InitialInterval: 10 * time.Millisecond,
+			c1, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Topic: tr.topic, MaxRetries: 3, InitialInterval: 10 * time.Millisecond,
 				MaxInterval: 50 * time.Millisecond, CloseTimeout: 10 * time.Second, Logger: testLogger(t, slog.LevelWarn)})
 			if err != nil {
 				t.Fatal(err)
@@ -118,12 +120,12 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 			}
 
 			// The next consumer gets the message again and applies it.
-			c2, err := NewConsumer(d.Projector, ConsumerConfig{Topic: tr.topic, Logger: quietLogger()})
+			c2, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Topic: tr.topic, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			tp := &tap{Subscriber: tr.subscriber(t, consumer)}
-			if err := c2.Add(consumer, projections.NewOrderList(projections.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
+			if err := c2.Add(consumer, projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
 				t.Fatal(err)
 			}
 			stop = runConsumer(ctx, t, c2)
@@ -177,7 +179,7 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 func TestConsumerPoisonParksStream(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(31, 2, 120)
@@ -188,7 +190,7 @@ func TestConsumerPoisonParksStream(t *testing.T) {
 	// its stream; the panicking one: the first event of another stream.
 	heads := streamHeads(evs)
 	handled := map[string]bool{}
-	for _, typ := range projections.NewOrderList(projections.OrderListTables{}).EventTypes() {
+	for _, typ := range projorders.NewOrderList(projorders.OrderListTables{}).EventTypes() {
 		handled[typ] = true
 	}
 	failing, panicking := -1, -1
@@ -208,14 +210,14 @@ func TestConsumerPoisonParksStream(t *testing.T) {
 		evs[failing].Tenant + "/" + evs[failing].Stream:     true,
 		evs[panicking].Tenant + "/" + evs[panicking].Stream: true,
 	}
-	storeFed(ctx, t, d, projections.NewOrderList(projections.OrderListTables{}))
+	storeFed(ctx, t, d, projorders.NewOrderList(projorders.OrderListTables{}))
 
 	for _, tr := range transports(t, d) {
 		t.Run(tr.name, func(t *testing.T) {
 			relayAll(ctx, t, d, tr, len(evs))
 			consumer := "poison_" + tr.name
 			var attempts atomic.Int32
-			p := hooked{Projection: projections.NewOrderList(projections.OrderListTables{Orders: "s_order_list"}),
+			p := hooked{Projection: projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}),
 				hook: func(b *pgx.Batch, ev projections.Event) error {
 					switch ev.ID {
 					case eventID(failing):
@@ -226,7 +228,7 @@ func TestConsumerPoisonParksStream(t *testing.T) {
 					}
 					return nil
 				}}
-			c, err := NewConsumer(d.Projector, ConsumerConfig{Topic: tr.topic, MaxRetries: 2, InitialInterval: 5 * time.Millisecond,
+			c, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Topic: tr.topic, MaxRetries: 2, InitialInterval: 5 * time.Millisecond,
 				MaxInterval: 20 * time.Millisecond, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)

@@ -11,9 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -109,7 +111,7 @@ func TestConsumerDeadLettersThroughReplay(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, 3*time.Minute)
-			d := testdb.New(t)
+			d := testdb.New(t, projorders.Migrations)
 			var tr transport
 			for _, x := range transports(t, d) {
 				if x.name == name {
@@ -125,15 +127,15 @@ func TestConsumerDeadLettersThroughReplay(t *testing.T) {
 			relayAll(ctx, t, d, tr, first)
 
 			consumer := "dlq_" + name
-			tables := projections.OrderDetailsTables{Orders: "s_order_details", Lines: "s_order_detail_lines"}
-			p := hooked{Projection: projections.NewOrderDetails(tables), hook: func(_ *pgx.Batch, ev projections.Event) error {
+			tables := projorders.OrderDetailsTables{Orders: "s_order_details", Lines: "s_order_detail_lines"}
+			p := hooked{Projection: projorders.NewOrderDetails(tables), hook: func(_ *pgx.Batch, ev projections.Event) error {
 				if ev.ID == eventID(a) || ev.ID == eventID(b) {
 					return errors.New("boom: the projection rejects this event")
 				}
 				return nil
 			}}
 			gate := gatedSink{tenant: evs[a].Tenant, stream: evs[a].Stream, armed: &atomic.Bool{}, entered: make(chan struct{}), release: make(chan struct{})}
-			c, err := NewConsumer(d.Projector, ConsumerConfig{Topic: tr.topic, MaxRetries: 2, InitialInterval: 5 * time.Millisecond,
+			c, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Topic: tr.topic, MaxRetries: 2, InitialInterval: 5 * time.Millisecond,
 				MaxInterval: 20 * time.Millisecond, Sink: gate, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
@@ -146,7 +148,7 @@ func TestConsumerDeadLettersThroughReplay(t *testing.T) {
 				return sameVersions(streamHeads(evs[:first]), appliedVersions(ctx, t, admin, consumer))
 			})
 
-			svc, err := replay.New(replay.Config{Pool: d.Projector, App: d.App, Log: postgres.New(d.App, d.Projector),
+			svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: postgres.New(d.App, d.Projector),
 				ConsumerProjection: ConsumerProjection, YieldTimeout: 20 * time.Second, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
@@ -292,7 +294,7 @@ FROM strata.projection_checkpoints c WHERE c.projection = $1`, consumer).Scan(&s
 
 			// The broker-fed tables equal the store-fed ones, but for B's
 			// discarded event.
-			storeFed(ctx, t, d, projections.NewOrderDetails(projections.OrderDetailsTables{}))
+			storeFed(ctx, t, d, projorders.NewOrderDetails(projorders.OrderDetailsTables{}))
 			bOrder := strings.TrimPrefix(evs[b].Stream, "order-")
 			for _, tb := range [][2]string{{"order_details", "s_order_details"}, {"order_detail_lines", "s_order_detail_lines"}} {
 				var differ int
@@ -321,18 +323,18 @@ WHERE (tenant_id, order_id) <> ($1, $2)`, evs[b].Tenant, bOrder).Scan(&differ); 
 func TestConsumerRefusesProjectionName(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	if _, err := admin.Exec(ctx, `INSERT INTO strata.projection_checkpoints (projection) VALUES ('order_list'), ('relay_strata_events')`); err != nil {
 		t.Fatal(err)
 	}
 	tr := transports(t, d)[1] // sql
 	for _, name := range []string{"order_list", "relay_strata_events"} {
-		c, err := NewConsumer(d.Projector, ConsumerConfig{Logger: quietLogger()})
+		c, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Add(name, projections.NewOrderList(projections.OrderListTables{}), tr.subscriber(t, name)); err != nil {
+		if err := c.Add(name, projorders.NewOrderList(projorders.OrderListTables{}), tr.subscriber(t, name)); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Run(ctx); !errors.Is(err, projections.ErrNotConsumer) {
@@ -340,11 +342,11 @@ func TestConsumerRefusesProjectionName(t *testing.T) {
 		}
 	}
 	for range 2 {
-		c, err := NewConsumer(d.Projector, ConsumerConfig{Logger: quietLogger()})
+		c, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Add("billing_orders", projections.NewOrderList(projections.OrderListTables{Orders: "billing_order_list"}), tr.subscriber(t, "billing_orders")); err != nil {
+		if err := c.Add("billing_orders", projorders.NewOrderList(projorders.OrderListTables{Orders: "billing_order_list"}), tr.subscriber(t, "billing_orders")); err != nil {
 			t.Fatal(err)
 		}
 		stop := runConsumer(ctx, t, c)

@@ -17,9 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
-	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 func sampleRecord() event.Record {
@@ -136,7 +137,7 @@ func TestConfigValidate(t *testing.T) {
 func TestMetadataAndTraceThroughTransports(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(41, 1, 1)
@@ -214,11 +215,11 @@ func TestMetadataAndTraceThroughTransports(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			consumer := "trace_" + tr.name
-			c, err := NewConsumer(d.Projector, ConsumerConfig{Topic: tr.topic, TracerProvider: tp, Logger: quietLogger()})
+			c, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Topic: tr.topic, TracerProvider: tp, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Add(consumer, projections.NewOrderList(projections.OrderListTables{Orders: "s_order_list"}), tr.subscriber(t, consumer)); err != nil {
+			if err := c.Add(consumer, projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}), tr.subscriber(t, consumer)); err != nil {
 				t.Fatal(err)
 			}
 			stop := runConsumer(ctx, t, c)

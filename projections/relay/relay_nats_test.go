@@ -19,11 +19,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // childEnv hands the relay child process its configuration.
@@ -233,20 +235,20 @@ func TestRelayNATSUnderKill(t *testing.T) {
 	began := time.Now()
 	url := natsURL(t)
 	topic := newTopic(t, url)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	for _, tb := range [][2]string{{"order_details", "b_order_details"}, {"order_detail_lines", "b_order_detail_lines"},
 		{"customer_summaries", "b_customer_summaries"}, {"customer_paid_totals", "b_customer_paid_totals"}, {"customer_orders", "b_customer_orders"}} {
 		shadow(ctx, t, admin, tb[0], tb[1])
 	}
 	fed := []projections.Projection{
-		projections.NewOrderDetails(projections.OrderDetailsTables{Orders: "b_order_details", Lines: "b_order_detail_lines"}),
-		projections.NewCustomerSummaries(projections.CustomerSummaryTables{Summaries: "b_customer_summaries", PaidTotals: "b_customer_paid_totals", Orders: "b_customer_orders"}),
+		projorders.NewOrderDetails(projorders.OrderDetailsTables{Orders: "b_order_details", Lines: "b_order_detail_lines"}),
+		projorders.NewCustomerSummaries(projorders.CustomerSummaryTables{Summaries: "b_customer_summaries", PaidTotals: "b_customer_paid_totals", Orders: "b_customer_orders"}),
 	}
 	evs := generate(5, tenants, total)
 
 	// The consumer: both projections, each with its own durable consumer.
-	cons, err := NewConsumer(d.Projector, ConsumerConfig{Topic: topic, Logger: quietLogger()})
+	cons, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Topic: topic, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,8 +345,8 @@ func TestRelayNATSUnderKill(t *testing.T) {
 	// The same projections fed from the store, into the live tables.
 	store := postgres.New(d.App, d.Projector)
 	head := lastPosition(ctx, t, admin)
-	for _, p := range []projections.Projection{projections.NewOrderDetails(projections.OrderDetailsTables{}), projections.NewCustomerSummaries(projections.CustomerSummaryTables{})} {
-		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Logger: quietLogger()})
+	for _, p := range []projections.Projection{projorders.NewOrderDetails(projorders.OrderDetailsTables{}), projorders.NewCustomerSummaries(projorders.CustomerSummaryTables{})} {
+		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // TestRelaySQLEndToEnd runs the watermill-sql path: a relay process killed
@@ -22,7 +24,7 @@ func TestRelaySQLEndToEnd(t *testing.T) {
 	t.Parallel()
 	const total = 2000
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(11, 4, total)
@@ -30,7 +32,7 @@ func TestRelaySQLEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cons, err := NewConsumer(d.Projector, ConsumerConfig{Logger: quietLogger()})
+	cons, err := NewConsumer(d.Projector, ConsumerConfig{Registry: order.Registry, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestRelaySQLEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := &tap{Subscriber: sub}
-	if err := cons.Add("order_list", projections.NewOrderList(projections.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
+	if err := cons.Add("order_list", projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
 		t.Fatal(err)
 	}
 	stop := runConsumer(ctx, t, cons)
@@ -101,7 +103,7 @@ JOIN (SELECT event_id, row_number() OVER (ORDER BY tx_id, position) AS n FROM st
 	}
 	redelivered := checkDeliveries(t, "order_list", evs, tp.deliveries())
 
-	r, err := projections.NewRunner(projections.NewOrderList(projections.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Logger: quietLogger()})
+	r, err := projections.NewRunner(projorders.NewOrderList(projorders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/gorilla/mux"
 
-	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/projections"
@@ -46,33 +42,42 @@ type Config struct {
 // ConsistencyHeader carries the consistency token of a command response.
 const ConsistencyHeader = "X-Consistency-Token"
 
-// Route names (metrics and logs use them), and the projections behind
-// each route: a consistency token is waited for on exactly these.
-const (
-	RouteOrder           = "query.order"
-	RouteOrders          = "query.orders"
-	RouteCustomerSummary = "query.customer_summary"
-	RouteRevenueDaily    = "query.revenue_daily"
-	RouteAdminProjection = "admin.projections"
-)
+// RouteAdminProjection names the admin route of the projections' status.
+const RouteAdminProjection = "admin.projections"
 
-var routeProjections = map[string][]string{
-	RouteOrder:           {projections.OrderDetailsName},
-	RouteOrders:          {projections.OrderListName},
-	RouteCustomerSummary: {projections.CustomerSummaryName},
-	RouteRevenueDaily:    {projections.DailyRevenueName},
+// Route is one query route of a module.
+type Route struct {
+	// Name is the route's stable name in metrics and logs ("query.order").
+	Name string
+	// Path is a gorilla/mux template; the method is GET.
+	Path string
+	// Projections are the projections behind the route: a consistency
+	// token is waited for on exactly these.
+	Projections []string
+	// Params lists the query parameters the route takes besides wait.
+	// Any other parameter, or one given twice, is a 400.
+	Params []string
+	// Prepare validates the request (path variables, the parsed query
+	// string) and returns the read to run once the projections have
+	// applied the request's consistency token. Its errors answer as
+	// httpapi classifies them (BadRequest for a bad parameter).
+	Prepare func(r *http.Request, q url.Values) (Read, error)
 }
+
+// Read runs a route's query, with the tenant in ctx, and returns the JSON
+// body of a 200 answer.
+type Read func(ctx context.Context) (any, error)
 
 // API serves the query routes.
 type API struct {
-	models *readmodels.Reader
+	models *readmodels.DB
 	wait   Waiter
 	status StatusReader
 	cfg    Config
 }
 
 // New returns the query API.
-func New(models *readmodels.Reader, wait Waiter, status StatusReader, cfg Config) *API {
+func New(models *readmodels.DB, wait Waiter, status StatusReader, cfg Config) *API {
 	if cfg.DefaultWait <= 0 {
 		cfg.DefaultWait = 2 * time.Second
 	}
@@ -82,20 +87,50 @@ func New(models *readmodels.Reader, wait Waiter, status StatusReader, cfg Config
 	return &API{models: models, wait: wait, status: status, cfg: cfg}
 }
 
-// Register adds the routes to r, which must already authenticate. They do
-// not collide with the command routes (other methods or paths).
-func (a *API) Register(r *mux.Router) {
-	r.HandleFunc("/v1/orders/{id}", a.order).Methods(http.MethodGet).Name(RouteOrder)
-	r.HandleFunc("/v1/orders", a.orders).Methods(http.MethodGet).Name(RouteOrders)
-	r.HandleFunc("/v1/customers/{id}/summary", a.customerSummary).Methods(http.MethodGet).Name(RouteCustomerSummary)
-	r.HandleFunc("/v1/revenue/daily", a.dailyRevenue).Methods(http.MethodGet).Name(RouteRevenueDaily)
+// RegisterAdmin adds the engine's own query routes (the projections'
+// status) to r, which must already authenticate.
+func (a *API) RegisterAdmin(r *mux.Router) {
 	r.Handle("/v1/admin/projections", httpapi.RequireScope(auth.ScopeAdmin)(http.HandlerFunc(a.adminProjections))).
 		Methods(http.MethodGet).Name(RouteAdminProjection)
 }
 
-func badRequest(msg string) error {
+// Register adds a module's query routes to r, which must already
+// authenticate. Each request's query string is parsed strictly, the route
+// validates it, the consistency token is waited for on the route's
+// projections, and the read's result is the answer.
+func (a *API) Register(r *mux.Router, routes ...Route) {
+	for _, rt := range routes {
+		allowed := append(slices.Clone(rt.Params), "wait")
+		r.HandleFunc(rt.Path, func(w http.ResponseWriter, r *http.Request) {
+			q, err := params(r, allowed...)
+			if err != nil {
+				httpapi.WriteError(w, r, err)
+				return
+			}
+			read, err := rt.Prepare(r, q)
+			if err != nil {
+				httpapi.WriteError(w, r, err)
+				return
+			}
+			if !a.consistent(w, r, q, rt.Projections) {
+				return
+			}
+			out, err := read(r.Context())
+			if err != nil {
+				httpapi.WriteError(w, r, err)
+				return
+			}
+			httpapi.WriteJSON(w, http.StatusOK, out)
+		}).Methods(http.MethodGet).Name(rt.Name)
+	}
+}
+
+// BadRequest is the 400 invalid_request answer to a bad parameter.
+func BadRequest(msg string) error {
 	return httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, msg)
 }
+
+func badRequest(msg string) error { return BadRequest(msg) }
 
 // params parses the query string strictly: only the allowed names, each at
 // most once, valid escapes. An empty value counts as absent.
@@ -119,9 +154,9 @@ func params(r *http.Request, allowed ...string) (url.Values, error) {
 }
 
 // consistent waits, when the request carries a consistency token, until
-// every projection behind route has applied it. It writes the error and
+// every projection behind the route has applied it. It writes the error and
 // returns false when the request must not go on.
-func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, route string) bool {
+func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, behind []string) bool {
 	wait := a.cfg.DefaultWait
 	if v := q.Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -146,7 +181,7 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, r
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	err = a.wait.WaitFor(ctx, pos, routeProjections[route]...)
+	err = a.wait.WaitFor(ctx, pos, behind...)
 	switch {
 	case err == nil:
 		return true
@@ -157,239 +192,6 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, r
 		httpapi.WriteError(w, r, err)
 	}
 	return false
-}
-
-type moneyJSON struct {
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-}
-
-func money(m readmodels.Money) moneyJSON { return moneyJSON{m.Amount, m.Currency} }
-
-type lineJSON struct {
-	ProductID string    `json:"product_id"`
-	Quantity  int64     `json:"quantity"`
-	UnitPrice moneyJSON `json:"unit_price"`
-	LineTotal moneyJSON `json:"line_total"`
-}
-
-type orderJSON struct {
-	OrderID     string     `json:"order_id"`
-	CustomerID  string     `json:"customer_id"`
-	Status      string     `json:"status"`
-	Currency    string     `json:"currency"`
-	Lines       []lineJSON `json:"lines"`
-	Total       moneyJSON  `json:"total"`
-	Version     int64      `json:"version"`
-	CreatedAt   time.Time  `json:"created_at"`
-	PlacedAt    *time.Time `json:"placed_at"`
-	PaidAt      *time.Time `json:"paid_at"`
-	CancelledAt *time.Time `json:"cancelled_at"`
-}
-
-func (a *API) order(w http.ResponseWriter, r *http.Request) {
-	q, err := params(r, "wait")
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("order id", id); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	if !a.consistent(w, r, q, RouteOrder) {
-		return
-	}
-	o, err := a.models.Order(r.Context(), id)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	out := orderJSON{OrderID: o.OrderID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
-		Lines: make([]lineJSON, 0, len(o.Lines)), Total: money(o.Total), Version: o.Version,
-		CreatedAt: o.CreatedAt, PlacedAt: o.PlacedAt, PaidAt: o.PaidAt, CancelledAt: o.CancelledAt}
-	for _, l := range o.Lines {
-		out.Lines = append(out.Lines, lineJSON{ProductID: l.ProductID, Quantity: l.Quantity, UnitPrice: money(l.UnitPrice), LineTotal: money(l.LineTotal)})
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-}
-
-type orderItemJSON struct {
-	OrderID    string     `json:"order_id"`
-	CustomerID string     `json:"customer_id"`
-	Status     string     `json:"status"`
-	Currency   string     `json:"currency"`
-	Total      *moneyJSON `json:"total"`
-	CreatedAt  time.Time  `json:"created_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
-}
-
-type orderListJSON struct {
-	Items      []orderItemJSON `json:"items"`
-	NextCursor *string         `json:"next_cursor"`
-}
-
-// DefaultLimit is the page size of GET /v1/orders without ?limit=.
-const DefaultLimit = 50
-
-var statuses = []string{string(order.StatusDraft), string(order.StatusPlaced), string(order.StatusPaid), string(order.StatusCancelled)}
-
-func (a *API) orders(w http.ResponseWriter, r *http.Request) {
-	q, err := params(r, "status", "customer_id", "limit", "cursor", "wait")
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	f := readmodels.OrderFilter{Status: q.Get("status"), CustomerID: q.Get("customer_id"), Limit: DefaultLimit}
-	if f.Status != "" && !slices.Contains(statuses, f.Status) {
-		httpapi.WriteError(w, r, badRequest("status must be one of draft, placed, paid, cancelled"))
-		return
-	}
-	if f.CustomerID != "" {
-		if err := domain.ValidateEntityID("customer_id", f.CustomerID); err != nil {
-			httpapi.WriteError(w, r, err)
-			return
-		}
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > readmodels.MaxLimit {
-			httpapi.WriteError(w, r, badRequest(fmt.Sprintf("limit must be an integer from 1 to %d", readmodels.MaxLimit)))
-			return
-		}
-		f.Limit = n
-	}
-	if v := q.Get("cursor"); v != "" {
-		c, err := readmodels.ParseCursor(v)
-		if err != nil {
-			httpapi.WriteError(w, r, badRequest("cursor must be a next_cursor returned by this route"))
-			return
-		}
-		f.After = &c
-	}
-	if !a.consistent(w, r, q, RouteOrders) {
-		return
-	}
-	items, next, err := a.models.ListOrders(r.Context(), f)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	out := orderListJSON{Items: make([]orderItemJSON, 0, len(items))}
-	for _, it := range items {
-		j := orderItemJSON{OrderID: it.OrderID, CustomerID: it.CustomerID, Status: it.Status, Currency: it.Currency,
-			CreatedAt: it.CreatedAt, UpdatedAt: it.UpdatedAt}
-		if it.Total != nil {
-			m := money(*it.Total)
-			j.Total = &m
-		}
-		out.Items = append(out.Items, j)
-	}
-	if next != nil {
-		s := next.Encode()
-		out.NextCursor = &s
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-}
-
-type customerSummaryJSON struct {
-	CustomerID string      `json:"customer_id"`
-	Orders     int64       `json:"orders"`
-	OpenOrders int64       `json:"open_orders"`
-	PaidTotal  []moneyJSON `json:"paid_total"`
-}
-
-func (a *API) customerSummary(w http.ResponseWriter, r *http.Request) {
-	q, err := params(r, "wait")
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("customer id", id); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	if !a.consistent(w, r, q, RouteCustomerSummary) {
-		return
-	}
-	s, err := a.models.CustomerSummary(r.Context(), id)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	out := customerSummaryJSON{CustomerID: s.CustomerID, Orders: s.Orders, OpenOrders: s.OpenOrders, PaidTotal: make([]moneyJSON, 0, len(s.PaidTotal))}
-	for _, m := range s.PaidTotal {
-		out.PaidTotal = append(out.PaidTotal, money(m))
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-}
-
-type revenueDayJSON struct {
-	Date     string `json:"date"`
-	Currency string `json:"currency"`
-	Amount   int64  `json:"amount"`
-	Orders   int64  `json:"orders"`
-}
-
-type revenueJSON struct {
-	Days []revenueDayJSON `json:"days"`
-}
-
-// MaxRevenueDays is the longest range of GET /v1/revenue/daily, inclusive.
-const MaxRevenueDays = 366
-
-var datePattern = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
-
-func parseDate(name, v string) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, badRequest(name + " is required (YYYY-MM-DD)")
-	}
-	t, err := time.Parse(time.DateOnly, v)
-	if !datePattern.MatchString(v) || err != nil {
-		return time.Time{}, badRequest(name + " must be a date YYYY-MM-DD")
-	}
-	return t, nil
-}
-
-func (a *API) dailyRevenue(w http.ResponseWriter, r *http.Request) {
-	q, err := params(r, "from", "to", "wait")
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	from, err := parseDate("from", q.Get("from"))
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	to, err := parseDate("to", q.Get("to"))
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	switch {
-	case to.Before(from):
-		httpapi.WriteError(w, r, badRequest("from must not be after to"))
-		return
-	case to.Sub(from) >= MaxRevenueDays*24*time.Hour:
-		httpapi.WriteError(w, r, badRequest(fmt.Sprintf("the range from..to may span at most %d days", MaxRevenueDays)))
-		return
-	}
-	if !a.consistent(w, r, q, RouteRevenueDaily) {
-		return
-	}
-	days, err := a.models.DailyRevenue(r.Context(), from, to)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	out := revenueJSON{Days: make([]revenueDayJSON, 0, len(days))}
-	for _, d := range days {
-		out.Days = append(out.Days, revenueDayJSON{Date: d.Day.Format(time.DateOnly), Currency: d.Currency, Amount: d.Amount, Orders: d.Orders})
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 type positionJSON struct {

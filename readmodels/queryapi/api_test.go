@@ -18,15 +18,19 @@ import (
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
+	cmdorders "github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
+	rmorders "github.com/strata-es/strata/readmodels/orders"
 	"github.com/strata-es/strata/readmodels/queryapi"
 )
 
@@ -55,14 +59,14 @@ type bundleOpts struct {
 func setup(t *testing.T, o bundleOpts) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	wake, progress := projections.NewSignal(), projections.NewProgress()
 	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
 	b := &bundle{t: t, d: d, store: store, progress: progress}
 	if o.runners {
-		shared := projections.NewSharedReads(store, nil, 0)
-		for _, p := range projections.All() {
-			r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{PollInterval: 200 * time.Millisecond,
+		shared := projections.NewSharedReads(store, order.Registry, 0)
+		for _, p := range projorders.All() {
+			r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: 200 * time.Millisecond,
 				Wake: wake.C, Progress: progress, Shared: shared, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
@@ -94,9 +98,13 @@ func setup(t *testing.T, o bundleOpts) *bundle {
 	b.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	api := b.router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
-	commandapi.New(commands.NewHandler(store, store, commands.Config{})).Register(api)
-	monitor := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: projections.Names(projections.All()), Local: local})
-	queryapi.New(readmodels.NewReader(d.App), projections.NewConsistency(d.App, progress), monitor, queryapi.Config{}).Register(api)
+	if err := cmdorders.Commands(api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
+		t.Fatal(err)
+	}
+	monitor := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: projections.Names(projorders.All()), Local: local})
+	qa := queryapi.New(readmodels.NewDB(d.App), projections.NewConsistency(d.App, progress), monitor, queryapi.Config{})
+	qa.RegisterAdmin(api)
+	qa.Register(api, rmorders.Queries(readmodels.NewDB(d.App))...)
 	srv := httptest.NewServer(httpapi.WithRequestID(httpapi.Recover(b.router)))
 	t.Cleanup(srv.Close)
 	b.url = srv.URL
@@ -526,7 +534,7 @@ func TestAdminProjections(t *testing.T) {
 	// Another "process" will run order_list; this one has a standby runner.
 	var standby *projections.Runner
 	b := setup(t, bundleOpts{local: func(name string) (projections.RunnerStatus, bool) {
-		if name == projections.OrderListName && standby != nil {
+		if name == projorders.OrderListName && standby != nil {
 			return standby.Status(), true
 		}
 		return projections.RunnerStatus{}, false
@@ -571,8 +579,8 @@ func TestAdminProjections(t *testing.T) {
 	defer stop()
 	var runs []chan struct{}
 	for i := range 2 {
-		r, err := projections.NewRunner(projections.NewOrderList(projections.OrderListTables{}), b.store, b.d.Projector,
-			projections.RunnerConfig{PollInterval: 20 * time.Millisecond, LeaseRetry: 20 * time.Millisecond, Logger: quiet()})
+		r, err := projections.NewRunner(projorders.NewOrderList(projorders.OrderListTables{}), b.store, b.d.Projector,
+			projections.RunnerConfig{Registry: order.Registry, PollInterval: 20 * time.Millisecond, LeaseRetry: 20 * time.Millisecond, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -614,7 +622,7 @@ func TestAdminProjections(t *testing.T) {
 	}
 	for _, p := range v.Projections {
 		switch p.Name {
-		case projections.OrderListName:
+		case projorders.OrderListName:
 			if p.Status != "standby" || p.Lag.Events != 0 || p.Checkpoint.Token != head.Token() {
 				t.Errorf("order_list: %+v, want standby (run elsewhere) and caught up", p)
 			}

@@ -1,7 +1,9 @@
-// Package queryapi serves the query HTTP API: orders, the order list,
-// customer summaries, daily revenue and the projections' admin status,
-// with read-your-writes through X-Consistency-Token. It reuses
-// internal/httpapi (authentication, the error shape and table) and reads
-// through readmodels; it imports projections for projection names, the
-// consistency wait and status, never commands.
+// Package queryapi is the generic query HTTP plumbing: modules register
+// their query routes (Route: the projections behind it, its parameters, a
+// Prepare that validates and returns the read), and every route gets strict
+// query-string parsing, read-your-writes through X-Consistency-Token and
+// the API's error shape. It also serves the projections' admin status. It
+// reuses internal/httpapi and reads through readmodels; it imports
+// projections for the consistency wait and status, never commands, never a
+// module.
 package queryapi

@@ -18,12 +18,14 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
@@ -81,7 +83,7 @@ func token(t *testing.T, tenant string, scopes []string, cross bool) string {
 func TestAdminRoutes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d := testdb.New(t)
+	d := testdb.New(t, projorders.Migrations)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -99,8 +101,8 @@ VALUES ($1, 'order-ok', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"
 	}
 	store := postgres.New(d.App, d.Projector)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, p := range projections.All() {
-		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1}, Logger: quiet})
+	for _, p := range projorders.All() {
+		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1}, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +110,7 @@ VALUES ($1, 'order-ok', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"
 			t.Fatal(err)
 		}
 	}
-	svc, err := replay.New(replay.Config{Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second})
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ VALUES ($1, 'order-ok', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"
 	router := mux.NewRouter()
 	api := router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
-	reader := readmodels.NewReader(d.App)
+	reader := readmodels.NewDB(d.App)
 	audit := func(ctx context.Context, a adminapi.Audit) error {
 		return reader.RecordAudit(ctx, readmodels.AuditEntry{Subject: a.Subject, Action: a.Action, Target: a.Target, RequestID: a.RequestID})
 	}

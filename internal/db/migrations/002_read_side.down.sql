@@ -1,9 +1,2 @@
 DROP TABLE admin_audit;
-DROP TABLE daily_revenue;
-DROP TABLE customer_orders;
-DROP TABLE customer_paid_totals;
-DROP TABLE customer_summaries;
-DROP TABLE order_list;
-DROP TABLE order_detail_lines;
-DROP TABLE order_details;
 DROP TABLE projection_checkpoints;

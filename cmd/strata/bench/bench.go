@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgembed"
 )
@@ -117,7 +118,7 @@ func (e *Env) newDatabase(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	url := e.Server.URLFor(name)
-	return url, db.Up(ctx, url, nil)
+	return url, db.Up(ctx, url, nil, modules.All().Lines()...)
 }
 
 type workload struct {

@@ -1,4 +1,4 @@
-package projections
+package orders_test
 
 import (
 	"context"
@@ -6,28 +6,32 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/testdb"
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/projections/orders/ordertest"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
 var (
 	rewrite       = flag.Bool("rewrite", false, "rewrite testdata/golden/*.txt from the current output")
-	rewriteEvents = flag.Bool("rewrite-events", false, "regenerate the recorded stream testdata/events.jsonl (then rewrite the golden files)")
+	rewriteEvents = flag.Bool("rewrite-events", false, "regenerate the projectiontest.Recorded stream testdata/events.jsonl (then rewrite the golden files)")
 )
 
 const recordedPath = "testdata/events.jsonl"
 
-func recordedConfig() genConfig {
-	return genConfig{Seed: 42, Tenants: 3, Orders: 45, Customers: 6, Open: 8,
+func recordedConfig() ordertest.Config {
+	return ordertest.Config{Seed: 42, Tenants: 3, Orders: 45, Customers: 6, Open: 8,
 		Start: time.Date(2026, 3, 30, 20, 0, 0, 0, time.UTC), Spacing: 3 * time.Hour}
 }
 
-// TestGolden appends the recorded stream through the store in random
+// TestGolden appends the projectiontest.Recorded stream through the store in random
 // chunks, with the runners catching up in between (small batches, applied
 // event by event), and checks for every projection that
 //   - its rows equal the golden file (testdata/golden/<name>.txt; -rewrite
@@ -40,18 +44,18 @@ func TestGolden(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
 	if *rewriteEvents {
-		writeRecorded(t, recordedPath, generate(recordedConfig()))
+		projectiontest.Write(t, recordedPath, ordertest.Generate(recordedConfig()))
 	}
-	evs := loadRecorded(t, recordedPath)
+	evs := projectiontest.Load(t, recordedPath)
 	if len(evs) < 100 {
-		t.Fatalf("recorded stream has %d events", len(evs))
+		t.Fatalf("projectiontest.Recorded stream has %d events", len(evs))
 	}
 
-	d := testdb.New(t)
+	d := testdb.New(t, orders.Migrations)
 	store := postgres.New(d.App, d.Projector)
-	var runners []*Runner
-	for _, p := range All() {
-		r, err := NewRunner(p, store, d.Projector, RunnerConfig{BatchSize: 7, PerEvent: true, Logger: quietLogger()})
+	var runners []*projections.Runner
+	for _, p := range orders.All() {
+		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, BatchSize: 7, PerEvent: true, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +65,7 @@ func TestGolden(t *testing.T) {
 	var last event.Position
 	for i := 0; i < len(evs); {
 		j := min(i+1+rng.IntN(15), len(evs))
-		pos, err := appendRecorded(ctx, store, evs[i:j])
+		pos, err := projectiontest.Append(ctx, store, evs[i:j])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,20 +84,20 @@ func TestGolden(t *testing.T) {
 		}
 	}
 
-	want, err := expectedDump(evs)
+	want, err := ordertest.Expected(evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := dump(ctx, t, d.AdminURL, allTables()...); got != want {
-		t.Errorf("incremental rows differ from the oracle:\n%s", diff(want, got))
+	if got := ordertest.Dump(ctx, t, d.AdminURL, ordertest.Tables()...); got != want {
+		t.Errorf("incremental rows differ from the oracle:\n%s", ordertest.Diff(want, got))
 	}
 
-	for _, p := range All() {
+	for _, p := range orders.All() {
 		t.Run(p.Name(), func(t *testing.T) {
-			if cp := checkpointOf(ctx, t, d.AdminURL, p.Name()); cp.Position != last {
+			if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, p.Name()); cp.Position != last {
 				t.Errorf("checkpoint %s, want the last event %s", cp.Position, last)
 			}
-			incremental := dump(ctx, t, d.AdminURL, p.Tables()...)
+			incremental := ordertest.Dump(ctx, t, d.AdminURL, p.Tables()...)
 			golden := filepath.Join("testdata", "golden", p.Name()+".txt")
 			if *rewrite || *rewriteEvents {
 				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
@@ -108,7 +112,7 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("%v (run with -rewrite to create it)", err)
 			}
 			if incremental != string(wantGolden) {
-				t.Errorf("rows differ from %s (-rewrite regenerates it):\n%s", golden, diff(string(wantGolden), incremental))
+				t.Errorf("rows differ from %s (-rewrite regenerates it):\n%s", golden, ordertest.Diff(string(wantGolden), incremental))
 			}
 
 			// Rebuild from the first event, set-based.
@@ -118,47 +122,20 @@ func TestGolden(t *testing.T) {
 					stmts = append(stmts, "TRUNCATE strata."+table)
 				}
 				stmts = append(stmts, "UPDATE strata.projection_checkpoints SET pos_major = 0, pos_minor = 0 WHERE projection = '"+p.Name()+"'")
-				adminExec(ctx, t, d.AdminURL, stmts...)
-				r, err := NewRunner(p, store, d.Projector, RunnerConfig{BatchSize: batch, Logger: quietLogger()})
+				projectiontest.Exec(ctx, t, d.AdminURL, stmts...)
+				r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, BatchSize: batch, Logger: quietLogger()})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if err := r.CatchUp(ctx, last); err != nil {
 					t.Fatal(err)
 				}
-				if rebuilt := dump(ctx, t, d.AdminURL, p.Tables()...); rebuilt != incremental {
-					t.Errorf("rebuild in batches of %d differs from incremental processing:\n%s", batch, diff(incremental, rebuilt))
+				if rebuilt := ordertest.Dump(ctx, t, d.AdminURL, p.Tables()...); rebuilt != incremental {
+					t.Errorf("rebuild in batches of %d differs from incremental processing:\n%s", batch, ordertest.Diff(incremental, rebuilt))
 				}
 			}
 		})
 	}
-}
-
-// diff lists the lines only in want (-) and only in got (+).
-func diff(want, got string) string {
-	in := func(s string) map[string]int {
-		m := map[string]int{}
-		for _, l := range strings.Split(s, "\n") {
-			m[l]++
-		}
-		return m
-	}
-	w, g := in(want), in(got)
-	var b strings.Builder
-	n := 0
-	for _, l := range strings.Split(want, "\n") {
-		if g[l] < w[l] && n < 40 {
-			b.WriteString("- " + l + "\n")
-			n++
-		}
-	}
-	for _, l := range strings.Split(got, "\n") {
-		if w[l] < g[l] && n < 80 {
-			b.WriteString("+ " + l + "\n")
-			n++
-		}
-	}
-	return b.String()
 }
 
 var _ = context.Background

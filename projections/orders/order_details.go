@@ -1,4 +1,4 @@
-package projections
+package orders
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/projections"
 )
 
 // OrderDetailsName is the checkpoint key of OrderDetails.
@@ -36,7 +37,7 @@ func NewOrderDetails(t OrderDetailsTables) *OrderDetails {
 	if t.Lines == "" {
 		t.Lines = "order_detail_lines"
 	}
-	o, l := ident(t.Orders), ident(t.Lines)
+	o, l := projections.Ident(t.Orders), projections.Ident(t.Lines)
 	return &OrderDetails{
 		tables: t,
 		create: fmt.Sprintf(`INSERT INTO %s (tenant_id, order_id, customer_id, status, currency, total_amount, version, created_at)
@@ -108,7 +109,7 @@ func (p *OrderDetails) Tables() []string { return []string{p.tables.Orders, p.ta
 
 // Apply implements Projection. Every event sets the order's version to the
 // event's stream version.
-func (p *OrderDetails) Apply(b *pgx.Batch, ev Event) error {
+func (p *OrderDetails) Apply(b *pgx.Batch, ev projections.Event) error {
 	id, err := orderID(ev)
 	if err != nil {
 		return err
@@ -117,17 +118,17 @@ func (p *OrderDetails) Apply(b *pgx.Batch, ev Event) error {
 	case order.Created:
 		b.Queue(p.create, ev.Tenant, id, e.CustomerID, e.Currency, ev.Version, e.At)
 	case order.LineAdded:
-		expectOne(b.Queue(p.addLine, ev.Tenant, id, e.ProductID, ev.Version, e.Quantity, e.UnitPrice.Amount, e.UnitPrice.Currency), "order", id)
+		projections.ExpectOne(b.Queue(p.addLine, ev.Tenant, id, e.ProductID, ev.Version, e.Quantity, e.UnitPrice.Amount, e.UnitPrice.Currency), "order", id)
 	case order.LineRemoved:
-		expectOne(b.Queue(p.removeLine, ev.Tenant, id, e.ProductID, ev.Version), "order", id)
+		projections.ExpectOne(b.Queue(p.removeLine, ev.Tenant, id, e.ProductID, ev.Version), "order", id)
 	case order.Placed:
-		expectOne(b.Queue(p.place, ev.Tenant, id, e.At, e.Total.Amount, ev.Version), "order", id)
+		projections.ExpectOne(b.Queue(p.place, ev.Tenant, id, e.At, e.Total.Amount, ev.Version), "order", id)
 	case order.Paid:
-		expectOne(b.Queue(p.pay, ev.Tenant, id, e.At, ev.Version), "order", id)
+		projections.ExpectOne(b.Queue(p.pay, ev.Tenant, id, e.At, ev.Version), "order", id)
 	case order.Cancelled:
-		expectOne(b.Queue(p.cancel, ev.Tenant, id, e.At, ev.Version), "order", id)
+		projections.ExpectOne(b.Queue(p.cancel, ev.Tenant, id, e.At, ev.Version), "order", id)
 	default:
-		return unexpected(ev)
+		return projections.Unexpected(ev)
 	}
 	return nil
 }
@@ -149,7 +150,7 @@ type linePatch struct {
 // line, and the order gets its final status, timestamps and version, and
 // its total (the placed total if it was placed, otherwise recomputed from
 // its lines when they changed).
-func (p *OrderDetails) ApplyBatch(b *pgx.Batch, evs []Event) error {
+func (p *OrderDetails) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 	runs, err := byOrder(evs)
 	if err != nil {
 		return err
@@ -211,7 +212,7 @@ func (p *OrderDetails) ApplyBatch(b *pgx.Batch, evs []Event) error {
 			case order.Cancelled:
 				status, cancelledAt = string(order.StatusCancelled), timePtr(e.At)
 			default:
-				return unexpected(ev)
+				return projections.Unexpected(ev)
 			}
 		}
 		sum := order.Money{} // overflow-checked, like the SQL it mirrors
@@ -259,7 +260,7 @@ func (p *OrderDetails) ApplyBatch(b *pgx.Batch, evs []Event) error {
 		b.Queue(p.addBatch, tenant, add.ids, add.products, add.seqs, add.qtys, add.units, add.currencies)
 	}
 	if len(upd.ids) > 0 {
-		expectRows(b.Queue(p.updateBatch, tenant, upd.ids, upd.statuses, upd.placed, upd.paid, upd.cancels, upd.versions, upd.totals, upd.linesChanged),
+		projections.ExpectRows(b.Queue(p.updateBatch, tenant, upd.ids, upd.statuses, upd.placed, upd.paid, upd.cancels, upd.versions, upd.totals, upd.linesChanged),
 			int64(len(upd.ids)), "orders")
 	}
 	return nil

@@ -1,23 +1,34 @@
-package commands
+package orders
 
 import (
 	"time"
 
+	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/domain/order"
 )
 
-// Command is a request to change one order. Each command names itself
-// (for metrics and idempotency fingerprints) and decides against the
-// loaded aggregate.
-type Command interface {
-	// Name is a stable identifier, e.g. "order.place".
-	Name() string
-	// Target is the ID of the order the command acts on.
-	Target() string
-	// Decide returns the events the order emits in response, or a rule error.
-	Decide(o *order.Order, now time.Time) ([]event.Payload, error)
+// Aggregate describes the order aggregate to the engine's handler.
+var Aggregate = commands.Aggregate[*order.Order]{
+	Kind:     "order",
+	Stream:   order.StreamID,
+	Load:     order.Load,
+	Version:  func(o *order.Order) int64 { return o.Version },
+	NotFound: order.ErrOrderNotFound,
 }
+
+// Command is a command on an order.
+type Command = commands.Command[*order.Order]
+
+// Every command here is a commands.Command on the order aggregate.
+var (
+	_ Command = CreateOrder{}
+	_ Command = AddLine{}
+	_ Command = RemoveLine{}
+	_ Command = PlaceOrder{}
+	_ Command = PayOrder{}
+	_ Command = CancelOrder{}
+)
 
 // CreateOrder starts a draft order.
 type CreateOrder struct {
@@ -26,8 +37,11 @@ type CreateOrder struct {
 	Currency   string `json:"currency"`
 }
 
-func (CreateOrder) Name() string     { return "order.create" }
-func (c CreateOrder) Target() string { return c.OrderID }
+func (CreateOrder) Name() string { return "order.create" }
+
+// StartsStream: a new order's stream is empty (commands.StreamStarter).
+func (CreateOrder) StartsStream() bool { return true }
+func (c CreateOrder) Target() string   { return c.OrderID }
 func (c CreateOrder) Decide(o *order.Order, now time.Time) ([]event.Payload, error) {
 	return o.Create(c.OrderID, c.CustomerID, c.Currency, now)
 }

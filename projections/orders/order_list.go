@@ -1,4 +1,4 @@
-package projections
+package orders
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/projections"
 )
 
 // OrderListName is the checkpoint key of OrderList.
@@ -32,7 +33,7 @@ func NewOrderList(t OrderListTables) *OrderList {
 	if t.Orders == "" {
 		t.Orders = "order_list"
 	}
-	o := ident(t.Orders)
+	o := projections.Ident(t.Orders)
 	return &OrderList{
 		tables: t,
 		create: fmt.Sprintf(`INSERT INTO %s (tenant_id, order_id, customer_id, status, currency, total_amount, created_at, updated_at)
@@ -65,7 +66,7 @@ func (p *OrderList) EventTypes() []string {
 func (p *OrderList) Tables() []string { return []string{p.tables.Orders} }
 
 // Apply implements Projection.
-func (p *OrderList) Apply(b *pgx.Batch, ev Event) error {
+func (p *OrderList) Apply(b *pgx.Batch, ev projections.Event) error {
 	id, err := orderID(ev)
 	if err != nil {
 		return err
@@ -74,13 +75,13 @@ func (p *OrderList) Apply(b *pgx.Batch, ev Event) error {
 	case order.Created:
 		b.Queue(p.create, ev.Tenant, id, e.CustomerID, e.Currency, e.At)
 	case order.Placed:
-		expectOne(b.Queue(p.place, ev.Tenant, id, e.Total.Amount, e.At), "order", id)
+		projections.ExpectOne(b.Queue(p.place, ev.Tenant, id, e.Total.Amount, e.At), "order", id)
 	case order.Paid:
-		expectOne(b.Queue(p.changeStatus, ev.Tenant, id, string(order.StatusPaid), e.At), "order", id)
+		projections.ExpectOne(b.Queue(p.changeStatus, ev.Tenant, id, string(order.StatusPaid), e.At), "order", id)
 	case order.Cancelled:
-		expectOne(b.Queue(p.changeStatus, ev.Tenant, id, string(order.StatusCancelled), e.At), "order", id)
+		projections.ExpectOne(b.Queue(p.changeStatus, ev.Tenant, id, string(order.StatusCancelled), e.At), "order", id)
 	default:
-		return unexpected(ev)
+		return projections.Unexpected(ev)
 	}
 	return nil
 }
@@ -88,7 +89,7 @@ func (p *OrderList) Apply(b *pgx.Batch, ev Event) error {
 // ApplyBatch implements BatchProjection. Each order's events of the batch
 // fold into its final list row: one insert for the orders created in the
 // batch, one update for the others.
-func (p *OrderList) ApplyBatch(b *pgx.Batch, evs []Event) error {
+func (p *OrderList) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 	runs, err := byOrder(evs)
 	if err != nil {
 		return err
@@ -120,7 +121,7 @@ func (p *OrderList) ApplyBatch(b *pgx.Batch, evs []Event) error {
 			case order.Cancelled:
 				status, updatedAt = string(order.StatusCancelled), e.At
 			default:
-				return unexpected(ev)
+				return projections.Unexpected(ev)
 			}
 		}
 		if created {
@@ -143,7 +144,7 @@ func (p *OrderList) ApplyBatch(b *pgx.Batch, evs []Event) error {
 		b.Queue(p.createBatch, tenant, ins.ids, ins.customers, ins.statuses, ins.currencies, ins.totals, ins.created, ins.updated)
 	}
 	if len(upd.ids) > 0 {
-		expectRows(b.Queue(p.updateBatch, tenant, upd.ids, upd.statuses, upd.totals, upd.updated), int64(len(upd.ids)), "orders")
+		projections.ExpectRows(b.Queue(p.updateBatch, tenant, upd.ids, upd.statuses, upd.totals, upd.updated), int64(len(upd.ids)), "orders")
 	}
 	return nil
 }

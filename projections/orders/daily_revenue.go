@@ -1,4 +1,4 @@
-package projections
+package orders
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/projections"
 )
 
 // DailyRevenueName is the checkpoint key of DailyRevenue.
@@ -33,10 +34,10 @@ func NewDailyRevenue(t DailyRevenueTables) *DailyRevenue {
 	return &DailyRevenue{
 		tables: t,
 		pay: fmt.Sprintf(`INSERT INTO %s AS r (tenant_id, day, currency, amount, orders) VALUES ($1, $2, $3, $4, 1)
-ON CONFLICT (tenant_id, day, currency) DO UPDATE SET amount = r.amount + EXCLUDED.amount, orders = r.orders + 1`, ident(t.Days)),
+ON CONFLICT (tenant_id, day, currency) DO UPDATE SET amount = r.amount + EXCLUDED.amount, orders = r.orders + 1`, projections.Ident(t.Days)),
 		payBatch: fmt.Sprintf(`INSERT INTO %s AS r (tenant_id, day, currency, amount, orders)
 SELECT $1, u.day, u.currency, u.amount, u.orders FROM unnest($2::date[], $3::text[], $4::bigint[], $5::bigint[]) AS u(day, currency, amount, orders)
-ON CONFLICT (tenant_id, day, currency) DO UPDATE SET amount = r.amount + EXCLUDED.amount, orders = r.orders + EXCLUDED.orders`, ident(t.Days)),
+ON CONFLICT (tenant_id, day, currency) DO UPDATE SET amount = r.amount + EXCLUDED.amount, orders = r.orders + EXCLUDED.orders`, projections.Ident(t.Days)),
 	}
 }
 
@@ -50,10 +51,10 @@ func (p *DailyRevenue) EventTypes() []string { return []string{order.TypePaid} }
 func (p *DailyRevenue) Tables() []string { return []string{p.tables.Days} }
 
 // Apply implements Projection.
-func (p *DailyRevenue) Apply(b *pgx.Batch, ev Event) error {
+func (p *DailyRevenue) Apply(b *pgx.Batch, ev projections.Event) error {
 	e, ok := ev.Payload.(order.Paid)
 	if !ok {
-		return unexpected(ev)
+		return projections.Unexpected(ev)
 	}
 	if _, err := orderID(ev); err != nil {
 		return err
@@ -66,7 +67,7 @@ func (p *DailyRevenue) Apply(b *pgx.Batch, ev Event) error {
 
 // ApplyBatch implements BatchProjection: one upsert of the batch's sums
 // per day and currency.
-func (p *DailyRevenue) ApplyBatch(b *pgx.Batch, evs []Event) error {
+func (p *DailyRevenue) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 	type key struct {
 		day      time.Time
 		currency string
@@ -76,7 +77,7 @@ func (p *DailyRevenue) ApplyBatch(b *pgx.Batch, evs []Event) error {
 	for _, ev := range evs {
 		e, ok := ev.Payload.(order.Paid)
 		if !ok {
-			return unexpected(ev)
+			return projections.Unexpected(ev)
 		}
 		if _, err := orderID(ev); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package projections
+package ordertest
 
 import (
 	"context"
@@ -7,59 +7,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/eventstore"
-	"github.com/strata-es/strata/internal/ordergen"
+	"github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
-// recorded is one event of a recorded stream (testdata/events.jsonl), in
-// log order; the generator lives in internal/ordergen (benchmarks use it).
-type recorded = ordergen.Event
-
-type genConfig = ordergen.Config
-
-func generate(cfg genConfig) []recorded { return ordergen.Generate(cfg) }
-
-func eventID(i int) string { return ordergen.EventID(i) }
-
-// seed inserts evs into the log as a superuser (see ordergen.Seed).
-func seed(ctx context.Context, t testing.TB, adminURL string, evs []recorded, chunk int) {
-	t.Helper()
-	if err := ordergen.Seed(ctx, adminURL, evs, chunk); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// appendRecorded appends evs through the store, as the write side would:
-// consecutive events of one stream go in one append.
-func appendRecorded(ctx context.Context, s eventstore.Store, evs []recorded) (event.Position, error) {
-	var last event.Position
-	for i := 0; i < len(evs); {
-		j := i + 1
-		for j < len(evs) && evs[j].Tenant == evs[i].Tenant && evs[j].Stream == evs[i].Stream {
-			j++
-		}
-		req := eventstore.AppendRequest{Tenant: evs[i].Tenant, Stream: evs[i].Stream, Expected: eventstore.Exact(evs[i].Version - 1)}
-		for _, e := range evs[i:j] {
-			req.Events = append(req.Events, eventstore.NewEvent{ID: uuid.NewString(), Type: e.Type, SchemaVersion: e.SchemaVersion, Data: e.Data})
-		}
-		res, err := s.Append(ctx, req)
-		if err != nil {
-			return last, fmt.Errorf("append %s/%s v%d: %w", evs[i].Tenant, evs[i].Stream, evs[i].Version, err)
-		}
-		last = res.Position
-		i = j
-	}
-	return last, nil
-}
-
-// dump renders the rows of the given read-model tables, read as a
+// Dump renders the rows of the given order read-model tables, read as a
 // superuser (all tenants), one line per row in key order, preceded by a
-// "## table" line per table.
-func dump(ctx context.Context, t testing.TB, adminURL string, tables ...string) string {
+// "## table" line per table: the format of the golden files and of
+// Expected.
+func Dump(ctx context.Context, t testing.TB, adminURL string, tables ...string) string {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
@@ -122,11 +80,15 @@ FROM strata.customer_orders ORDER BY tenant_id, order_id`,
 FROM strata.daily_revenue ORDER BY tenant_id, day, currency`,
 }
 
-// allTables lists every read-model table in dump order.
-func allTables() []string {
+// Tables lists every order read-model table in dump order.
+func Tables() []string {
 	var out []string
-	for _, p := range All() {
+	for _, p := range orders.All() {
 		out = append(out, p.Tables()...)
 	}
 	return out
 }
+
+// Diff lists the lines only in want (-) and only in got (+)
+// (projectiontest.Diff).
+func Diff(want, got string) string { return projectiontest.Diff(want, got) }

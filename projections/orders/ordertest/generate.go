@@ -1,9 +1,4 @@
-// Package ordergen generates realistic order histories, exactly as the
-// write side would store them (every event decided by the order
-// aggregate), interleaved like concurrent traffic, and seeds them into a
-// strata event log fast. Benchmarks, throughput measurements and fault
-// tests use it.
-package ordergen
+package ordertest
 
 import (
 	"context"
@@ -12,22 +7,13 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
 // Event is one generated event, in log order.
-type Event struct {
-	Tenant        string          `json:"tenant"`
-	Stream        string          `json:"stream"`
-	Version       int64           `json:"version"`
-	Type          string          `json:"type"`
-	SchemaVersion int             `json:"schema_version"`
-	Data          json.RawMessage `json:"data"`
-}
+type Event = projectiontest.Recorded
 
 // Config shapes generated histories.
 type Config struct {
@@ -136,35 +122,10 @@ func Generate(cfg Config) []Event {
 	return out
 }
 
-// EventID gives the i-th seeded event a stable UUID.
-func EventID(i int) string {
-	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprintf("strata-test-event-%d", i))).String()
-}
+// EventID gives the i-th seeded event a stable UUID (projectiontest.EventID).
+func EventID(i int) string { return projectiontest.EventID(i) }
 
-// Seed inserts evs into the log as a superuser, chunk events per statement
-// and transaction: fast, and the log's order is exactly evs' order.
+// Seed inserts evs into the log as a superuser (projectiontest.Seed).
 func Seed(ctx context.Context, adminURL string, evs []Event, chunk int) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	for lo := 0; lo < len(evs); lo += chunk {
-		hi := min(lo+chunk, len(evs))
-		n := hi - lo
-		tenants, streams, ids, types, datas := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		versions, svs := make([]int64, n), make([]int32, n)
-		for i, e := range evs[lo:hi] {
-			tenants[i], streams[i], versions[i], ids[i], types[i], svs[i], datas[i] = e.Tenant, e.Stream, e.Version, EventID(lo+i), e.Type, int32(e.SchemaVersion), string(e.Data)
-		}
-		_, err := conn.Exec(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
-SELECT tenant_id, stream_id, version, event_id::uuid, event_type, schema_version, data::jsonb, '{}'::jsonb
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::text[])
-    WITH ORDINALITY AS e(tenant_id, stream_id, version, event_id, event_type, schema_version, data, ord)
-ORDER BY ord`, tenants, streams, versions, ids, types, svs, datas)
-		if err != nil {
-			return fmt.Errorf("seed events %d..%d: %w", lo, hi, err)
-		}
-	}
-	return nil
+	return projectiontest.Seed(ctx, adminURL, evs, chunk)
 }

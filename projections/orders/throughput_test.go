@@ -1,4 +1,4 @@
-package projections
+package orders_test
 
 import (
 	"context"
@@ -10,17 +10,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/pgstat"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/projections/orders/ordertest"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
 var (
 	catchupEvents  = flag.Int("catchup.events", 5000, "TestCatchUpThroughput: events to seed (at least 200000 for the published figure)")
 	catchupBatch   = flag.Int("catchup.batch", 500, "TestCatchUpThroughput: events per projection transaction")
 	catchupTenants = flag.Int("catchup.tenants", 8, "TestCatchUpThroughput: tenants the orders are spread over")
-	catchupShared  = flag.Bool("catchup.shared", true, "TestCatchUpThroughput: share reads between the runners (SharedReads)")
+	catchupShared  = flag.Bool("catchup.shared", true, "TestCatchUpThroughput: share reads between the runners (projections.SharedReads)")
 	catchupOnly    = flag.String("catchup.only", "", "TestCatchUpThroughput: run only this projection")
 	catchupPgStat  = flag.Bool("catchup.pgstat", false, "TestCatchUpThroughput: log the statements that took the most server time (pg_stat_statements)")
 )
@@ -44,17 +49,17 @@ func TestCatchUpThroughput(t *testing.T) {
 		settings["shared_preload_libraries"] = "pg_stat_statements"
 		settings["pg_stat_statements.track"] = "all"
 	}
-	priv := testdb.NewPrivate(t, settings)
+	priv := testdb.NewPrivate(t, settings, orders.Migrations)
 	d := priv.DB
 	// About 5.4 events per order; the last histories are cut short, as
 	// they would be in a live log.
-	orders := *catchupEvents/5 + 1
-	evs := generate(genConfig{Seed: 2026, Tenants: *catchupTenants, Orders: orders, Customers: 500, Open: 200,
+	nOrders := *catchupEvents/5 + 1
+	evs := ordertest.Generate(ordertest.Config{Seed: 2026, Tenants: *catchupTenants, Orders: nOrders, Customers: 500, Open: 200,
 		Start: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC), Spacing: 2 * time.Minute})[:*catchupEvents]
 	began := time.Now()
-	seed(ctx, t, d.AdminURL, evs, 5000)
-	adminExec(ctx, t, d.AdminURL, "VACUUM ANALYZE strata.events")
-	t.Logf("seeded %d events (%d orders, %d tenants) in %s", len(evs), orders, *catchupTenants, time.Since(began).Round(time.Millisecond))
+	projectiontest.MustSeed(ctx, t, d.AdminURL, evs, 5000)
+	projectiontest.Exec(ctx, t, d.AdminURL, "VACUUM ANALYZE strata.events")
+	t.Logf("seeded %d events (%d orders, %d tenants) in %s", len(evs), nOrders, *catchupTenants, time.Since(began).Round(time.Millisecond))
 
 	if *catchupPgStat {
 		conn, err := pgx.Connect(ctx, d.AdminURL)
@@ -68,21 +73,21 @@ func TestCatchUpThroughput(t *testing.T) {
 		}
 	}
 	store := postgres.New(d.App, d.Projector)
-	head := lastPosition(ctx, t, store)
+	head := projectiontest.Head(ctx, t, store)
 	cpu := pgtest.StartCPU(t, priv.Server.DataDir())
 	var wg sync.WaitGroup
-	projs := All()
+	projs := orders.All()
 	if *catchupOnly != "" {
-		projs = slices.DeleteFunc(projs, func(p Projection) bool { return p.Name() != *catchupOnly })
+		projs = slices.DeleteFunc(projs, func(p projections.Projection) bool { return p.Name() != *catchupOnly })
 	}
 	took := make([]time.Duration, len(projs))
-	var shared *SharedReads
+	var shared *projections.SharedReads
 	if *catchupShared {
-		shared = NewSharedReads(store, nil, 0)
+		shared = projections.NewSharedReads(store, order.Registry, 0)
 	}
 	began = time.Now()
 	for i, p := range projs {
-		r, err := NewRunner(p, store, d.Projector, RunnerConfig{BatchSize: *catchupBatch, Shared: shared, Logger: quietLogger()})
+		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, BatchSize: *catchupBatch, Shared: shared, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,15 +116,15 @@ func TestCatchUpThroughput(t *testing.T) {
 	if *catchupPgStat {
 		logTopStatements(ctx, t, d.AdminURL)
 	}
-	if len(projs) < len(All()) {
+	if len(projs) < len(orders.All()) {
 		return
 	}
-	want, err := expectedDump(evs)
+	want, err := ordertest.Expected(evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := dump(ctx, t, d.AdminURL, allTables()...); got != want {
-		t.Errorf("rows differ from the oracle:\n%s", diff(want, got))
+	if got := ordertest.Dump(ctx, t, d.AdminURL, ordertest.Tables()...); got != want {
+		t.Errorf("rows differ from the oracle:\n%s", ordertest.Diff(want, got))
 	}
 }
 

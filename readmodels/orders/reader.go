@@ -1,17 +1,15 @@
-package readmodels
+package orders
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/readmodels"
 )
 
 // Errors. Another tenant's order or customer is reported exactly like a
@@ -68,7 +66,7 @@ type OrderFilter struct {
 	Status     string // "" for any
 	CustomerID string // "" for any
 	Limit      int    // 1 to MaxLimit
-	After      *Cursor
+	After      *readmodels.Cursor
 }
 
 // MaxLimit is the largest page of orders.
@@ -90,54 +88,26 @@ type RevenueDay struct {
 	Orders   int64
 }
 
-// AuditEntry records who looked at what across tenants.
-type AuditEntry struct {
-	Subject   string
-	Action    string
-	Target    string
-	RequestID string
-}
-
-// Reader reads the read models.
+// Reader reads the order read models.
 type Reader struct {
-	pool *pgxpool.Pool
+	db *readmodels.DB
 }
 
-// NewReader returns a Reader over pool, which must run as db.RoleApp.
-func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
-
-// inTenant sends the tenant's set_config and the queued reads in one
-// pipelined round trip. A pipeline runs as one implicit transaction, so the
-// setting stays local to it and never reaches the next user of the pooled
-// connection; each queued query is one statement, hence one snapshot.
-func (r *Reader) inTenant(ctx context.Context, queue func(b *pgx.Batch)) error {
-	tenant, ok := domain.TenantFromContext(ctx)
-	if !ok {
-		return db.ErrNoTenant
-	}
-	b := &pgx.Batch{}
-	b.Queue(db.SetTenantSQL, string(tenant))
-	queue(b)
-	return r.pool.SendBatch(ctx, b).Close()
-}
-
-func tenantOf(ctx context.Context) string {
-	t, _ := domain.TenantFromContext(ctx)
-	return string(t)
-}
+// NewReader returns a Reader over db (the application role's pool).
+func NewReader(db *readmodels.DB) *Reader { return &Reader{db: db} }
 
 // Order returns one order with its lines. Errors: ErrOrderNotFound.
 func (r *Reader) Order(ctx context.Context, orderID string) (Order, error) {
 	var o Order
 	found := false
-	err := r.inTenant(ctx, func(b *pgx.Batch) {
+	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
 		b.Queue(`SELECT d.order_id, d.customer_id, d.status, d.currency, d.total_amount, d.version,
        d.created_at, d.placed_at, d.paid_at, d.cancelled_at,
        l.product_id, l.quantity, l.unit_price, l.currency, l.line_total
 FROM order_details d
 LEFT JOIN order_detail_lines l ON l.tenant_id = d.tenant_id AND l.order_id = d.order_id
 WHERE d.tenant_id = $1 AND d.order_id = $2
-ORDER BY l.seq`, tenantOf(ctx), orderID).Query(func(rows pgx.Rows) error {
+ORDER BY l.seq`, readmodels.TenantOf(ctx), orderID).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var product, lineCurrency *string
 				var qty, unit, lineTotal *int64
@@ -174,13 +144,13 @@ ORDER BY l.seq`, tenantOf(ctx), orderID).Query(func(rows pgx.Rows) error {
 
 // ListOrders returns one page of orders and the cursor of the next page
 // (nil on the last page).
-func (r *Reader) ListOrders(ctx context.Context, f OrderFilter) ([]OrderListItem, *Cursor, error) {
+func (r *Reader) ListOrders(ctx context.Context, f OrderFilter) ([]OrderListItem, *readmodels.Cursor, error) {
 	if f.Limit < 1 || f.Limit > MaxLimit {
 		return nil, nil, fmt.Errorf("%w: limit must be between 1 and %d", domain.ErrInvalid, MaxLimit)
 	}
 	// One statement per combination of filters, rather than optional
 	// "$n IS NULL OR ..." conditions, so that each gets a plan on its index.
-	args := []any{tenantOf(ctx)}
+	args := []any{readmodels.TenantOf(ctx)}
 	where := []string{"tenant_id = $1"}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -193,13 +163,13 @@ func (r *Reader) ListOrders(ctx context.Context, f OrderFilter) ([]OrderListItem
 		where = append(where, "customer_id = "+arg(f.CustomerID))
 	}
 	if f.After != nil {
-		where = append(where, fmt.Sprintf("(created_at, order_id) < (%s, %s)", arg(f.After.CreatedAt), arg(f.After.OrderID)))
+		where = append(where, fmt.Sprintf("(created_at, order_id) < (%s, %s)", arg(f.After.At), arg(f.After.Key)))
 	}
 	sql := `SELECT order_id, customer_id, status, currency, total_amount, created_at, updated_at
 FROM order_list WHERE ` + strings.Join(where, " AND ") + `
 ORDER BY created_at DESC, order_id DESC LIMIT ` + arg(f.Limit+1)
 	var items []OrderListItem
-	err := r.inTenant(ctx, func(b *pgx.Batch) {
+	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
 		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var it OrderListItem
@@ -219,11 +189,11 @@ ORDER BY created_at DESC, order_id DESC LIMIT ` + arg(f.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list orders: %w", err)
 	}
-	var next *Cursor
+	var next *readmodels.Cursor
 	if len(items) > f.Limit {
 		items = items[:f.Limit]
 		last := items[len(items)-1]
-		next = &Cursor{CreatedAt: last.CreatedAt, OrderID: last.OrderID}
+		next = &readmodels.Cursor{At: last.CreatedAt, Key: last.OrderID}
 	}
 	return items, next, nil
 }
@@ -233,12 +203,12 @@ ORDER BY created_at DESC, order_id DESC LIMIT ` + arg(f.Limit+1)
 func (r *Reader) CustomerSummary(ctx context.Context, customerID string) (CustomerSummary, error) {
 	s := CustomerSummary{CustomerID: customerID, PaidTotal: []Money{}}
 	found := false
-	err := r.inTenant(ctx, func(b *pgx.Batch) {
+	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
 		b.Queue(`SELECT s.orders, s.open_orders, p.currency, p.amount
 FROM customer_summaries s
 LEFT JOIN customer_paid_totals p ON p.tenant_id = s.tenant_id AND p.customer_id = s.customer_id
 WHERE s.tenant_id = $1 AND s.customer_id = $2
-ORDER BY p.currency`, tenantOf(ctx), customerID).Query(func(rows pgx.Rows) error {
+ORDER BY p.currency`, readmodels.TenantOf(ctx), customerID).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var currency *string
 				var amount *int64
@@ -266,10 +236,10 @@ ORDER BY p.currency`, tenantOf(ctx), customerID).Query(func(rows pgx.Rows) error
 // by day then currency; days without paid orders are left out.
 func (r *Reader) DailyRevenue(ctx context.Context, from, to time.Time) ([]RevenueDay, error) {
 	days := []RevenueDay{}
-	err := r.inTenant(ctx, func(b *pgx.Batch) {
+	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
 		b.Queue(`SELECT day, currency, amount, orders FROM daily_revenue
 WHERE tenant_id = $1 AND day BETWEEN $2 AND $3
-ORDER BY day, currency`, tenantOf(ctx), dateOnly(from), dateOnly(to)).Query(func(rows pgx.Rows) error {
+ORDER BY day, currency`, readmodels.TenantOf(ctx), dateOnly(from), dateOnly(to)).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var d RevenueDay
 				if err := rows.Scan(&d.Day, &d.Currency, &d.Amount, &d.Orders); err != nil {
@@ -289,19 +259,4 @@ ORDER BY day, currency`, tenantOf(ctx), dateOnly(from), dateOnly(to)).Query(func
 
 func dateOnly(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
-}
-
-// RecordAudit stores e under the tenant in ctx (the caller's own tenant).
-func (r *Reader) RecordAudit(ctx context.Context, e AuditEntry) error {
-	if e.Subject == "" || e.Action == "" || e.Target == "" {
-		return errors.New("record audit: subject, action and target are required")
-	}
-	err := r.inTenant(ctx, func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO admin_audit (tenant_id, subject, action, target, request_id) VALUES ($1, $2, $3, $4, nullif($5, ''))`,
-			tenantOf(ctx), e.Subject, e.Action, e.Target, e.RequestID)
-	})
-	if err != nil {
-		return fmt.Errorf("record audit: %w", err)
-	}
-	return nil
 }

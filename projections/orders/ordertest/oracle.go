@@ -1,4 +1,4 @@
-package projections
+package ordertest
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 	"github.com/strata-es/strata/domain/order"
 )
 
-// expectedDump computes, without PostgreSQL, what every read-model table
+// Expected computes, without PostgreSQL, what every read-model table
 // must hold after applying evs (in log order): an independent statement of
 // the projections' meaning, written as a fold over decoded events and
 // checked against the order aggregate's own totals.
-func expectedDump(evs []recorded) (string, error) {
+func Expected(evs []Event) (string, error) {
 	type line struct {
 		product        string
 		seq, qty, unit int64
@@ -147,7 +147,7 @@ func expectedDump(evs []recorded) (string, error) {
 		"order_details": details, "order_detail_lines": lines, "order_list": list,
 		"customer_summaries": sums, "customer_paid_totals": totals, "customer_orders": lookup, "daily_revenue": revenue,
 	}
-	for _, table := range allTables() {
+	for _, table := range Tables() {
 		writeTable(&b, table, byTable[table])
 	}
 	return b.String(), nil

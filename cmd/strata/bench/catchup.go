@@ -11,11 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/ordergen"
 	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -37,9 +38,9 @@ func (e *Env) seedLog(ctx context.Context) (*logDB, error) {
 		return nil, err
 	}
 	began := time.Now()
-	evs := ordergen.Generate(ordergen.Config{Seed: 2026, Tenants: 8, Orders: e.cfg.CatchUp/5 + 1, Customers: 500, Open: 200,
+	evs := ordertest.Generate(ordertest.Config{Seed: 2026, Tenants: 8, Orders: e.cfg.CatchUp/5 + 1, Customers: 500, Open: 200,
 		Start: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC), Spacing: 2 * time.Minute})[:e.cfg.CatchUp]
-	if err := ordergen.Seed(ctx, url, evs, 5000); err != nil {
+	if err := ordertest.Seed(ctx, url, evs, 5000); err != nil {
 		return nil, err
 	}
 	conn, err := pgx.Connect(ctx, url)
@@ -97,10 +98,10 @@ func catchUpOnce(ctx context.Context, l *logDB) (time.Duration, error) {
 	}
 	defer proj.Close()
 	store := postgres.New(nil, proj)
-	shared := projections.NewSharedReads(store, nil, 0)
+	shared := projections.NewSharedReads(store, modules.All().MustRegistry(), 0)
 	var runners []*projections.Runner
-	for _, p := range projections.All() {
-		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{Shared: shared})
+	for _, p := range modules.All().Projections() {
+		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{Shared: shared, Registry: modules.All().MustRegistry()})
 		if err != nil {
 			return 0, err
 		}

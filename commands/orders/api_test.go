@@ -1,4 +1,4 @@
-package commandapi_test
+package orders_test
 
 import (
 	"context"
@@ -16,8 +16,10 @@ import (
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
@@ -47,7 +49,9 @@ func setup(t *testing.T) *bundle {
 	r.NotFoundHandler = httpapi.NotFound()
 	api := r.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(v))
-	commandapi.New(commands.NewHandler(store, store, commands.Config{})).Register(api)
+	if err := orders.Commands(api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(httpapi.WithRequestID(httpapi.Recover(r)))
 	t.Cleanup(srv.Close)
 	return &bundle{srv: srv, store: store, db: d}
@@ -122,7 +126,11 @@ func TestOrderLifecycle(t *testing.T) {
 	tok := token(t, "a")
 	r := b.do(t, "POST", "/v1/orders", tok, `{"order_id":"o-1","customer_id":"c-1","currency":"EUR"}`)
 	wantStatus(t, r, 201, "")
-	var ok commandapi.Response
+	var ok struct {
+		OrderID  string `json:"order_id"`
+		Version  int64  `json:"version"`
+		Position string `json:"position"`
+	}
 	if err := json.Unmarshal([]byte(r.body), &ok); err != nil || ok.OrderID != "o-1" || ok.Version != 1 {
 		t.Fatalf("create: %s", r.body)
 	}

@@ -1,4 +1,4 @@
-package projections
+package orders
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/projections"
 )
 
 // CustomerSummaryName is the checkpoint key of CustomerSummaries.
@@ -40,7 +41,7 @@ func NewCustomerSummaries(t CustomerSummaryTables) *CustomerSummaries {
 	if t.Orders == "" {
 		t.Orders = "customer_orders"
 	}
-	s, p, o := ident(t.Summaries), ident(t.PaidTotals), ident(t.Orders)
+	s, p, o := projections.Ident(t.Summaries), projections.Ident(t.PaidTotals), projections.Ident(t.Orders)
 	return &CustomerSummaries{
 		tables: t,
 		create: fmt.Sprintf(`WITH lookup AS (
@@ -98,7 +99,7 @@ func (p *CustomerSummaries) Tables() []string {
 }
 
 // Apply implements Projection.
-func (p *CustomerSummaries) Apply(b *pgx.Batch, ev Event) error {
+func (p *CustomerSummaries) Apply(b *pgx.Batch, ev projections.Event) error {
 	id, err := orderID(ev)
 	if err != nil {
 		return err
@@ -107,11 +108,11 @@ func (p *CustomerSummaries) Apply(b *pgx.Batch, ev Event) error {
 	case order.Created:
 		b.Queue(p.create, ev.Tenant, id, e.CustomerID)
 	case order.Paid:
-		expectOne(b.Queue(p.pay, ev.Tenant, id, e.Amount.Currency, e.Amount.Amount), "customer of order", id)
+		projections.ExpectOne(b.Queue(p.pay, ev.Tenant, id, e.Amount.Currency, e.Amount.Amount), "customer of order", id)
 	case order.Cancelled:
-		expectOne(b.Queue(p.cancel, ev.Tenant, id), "customer of order", id)
+		projections.ExpectOne(b.Queue(p.cancel, ev.Tenant, id), "customer of order", id)
 	default:
-		return unexpected(ev)
+		return projections.Unexpected(ev)
 	}
 	return nil
 }
@@ -119,7 +120,7 @@ func (p *CustomerSummaries) Apply(b *pgx.Batch, ev Event) error {
 // ApplyBatch implements BatchProjection: the lookup rows of the batch's new
 // orders, then the counters and paid totals summed per customer (and
 // currency), each in one statement.
-func (p *CustomerSummaries) ApplyBatch(b *pgx.Batch, evs []Event) error {
+func (p *CustomerSummaries) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 	var newOrders, newCustomers []string
 	opened := map[string]int64{}
 	var customers []string
@@ -143,7 +144,7 @@ func (p *CustomerSummaries) ApplyBatch(b *pgx.Batch, evs []Event) error {
 		case order.Cancelled:
 			closed = append(closed, id)
 		default:
-			return unexpected(ev)
+			return projections.Unexpected(ev)
 		}
 	}
 	tenant := evs[0].Tenant
@@ -172,7 +173,7 @@ func (p *CustomerSummaries) ApplyBatch(b *pgx.Batch, evs []Event) error {
 				return err
 			}
 			if got != want {
-				return fmt.Errorf("%w: customers of %d closed orders found for %d", ErrMissingRow, want, got)
+				return fmt.Errorf("%w: customers of %d closed orders found for %d", projections.ErrMissingRow, want, got)
 			}
 			return nil
 		})

@@ -1,0 +1,143 @@
+// Package modules lists the application's bounded contexts: the one place
+// that names them (ARCHITECTURE decision 9). The engine's packages never
+// import a module; cmd/strata wires what this list holds, and tools and
+// tests that need every module (the fault harness, the benchmarks, the
+// engine's integration tests) take it from here.
+package modules
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gorilla/mux"
+
+	"github.com/strata-es/strata/commands/commandapi"
+	cmdorders "github.com/strata-es/strata/commands/orders"
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/readmodels"
+	rmorders "github.com/strata-es/strata/readmodels/orders"
+	"github.com/strata-es/strata/readmodels/queryapi"
+)
+
+// All returns the modules, in a stable order. A new bounded context is one
+// more line here.
+func All() Set {
+	return Set{
+		{Name: "orders", Codecs: order.Codecs, Migrations: &projorders.Migrations, Commands: cmdorders.Commands, Projections: projorders.All, Queries: rmorders.Queries},
+	}
+}
+
+// Module is one bounded context: what the engine needs of it. Every part
+// but Name and Codecs is optional.
+type Module struct {
+	// Name identifies the module in messages.
+	Name string
+	// Codecs are the module's event types.
+	Codecs func() []event.Codec
+	// Migrations is the module's own migration line (its tables).
+	Migrations *db.Line
+	// Commands mounts the module's command routes (commandapi.Mount per
+	// aggregate type).
+	Commands func(r *mux.Router, d commandapi.Deps) error
+	// Projections returns the module's projections writing into their
+	// live tables.
+	Projections func() []projections.Projection
+	// Queries returns the module's query routes.
+	Queries func(d *readmodels.DB) []queryapi.Route
+}
+
+// Set is the modules of one process.
+type Set []Module
+
+// Registry returns the one registry holding every module's codecs: every
+// path that decodes events (handlers, runners, rebuilds, retries, relay
+// consumers, replay) gets this one. It fails on an event type two modules
+// both claim.
+func (s Set) Registry() (*event.Registry, error) {
+	var codecs []event.Codec
+	owner := map[string]string{}
+	for _, m := range s {
+		for _, c := range m.Codecs() {
+			if o, dup := owner[c.Type]; dup {
+				return nil, fmt.Errorf("modules %s and %s both register event type %q", o, m.Name, c.Type)
+			}
+			owner[c.Type] = m.Name
+			codecs = append(codecs, c)
+		}
+	}
+	return event.NewRegistry(codecs...), nil
+}
+
+// MustRegistry is Registry for tests and tools, where a clash is a bug.
+func (s Set) MustRegistry() *event.Registry {
+	r, err := s.Registry()
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// Projections returns every module's projections, in module order; it
+// fails on a projection name two modules both use (the name is the
+// checkpoint key).
+func (s Set) Projections() []projections.Projection {
+	var out []projections.Projection
+	for _, m := range s {
+		if m.Projections != nil {
+			out = append(out, m.Projections()...)
+		}
+	}
+	return out
+}
+
+// CheckProjections reports projection names used twice.
+func (s Set) CheckProjections() error {
+	seen := map[string]bool{}
+	var errs []error
+	for _, p := range s.Projections() {
+		if seen[p.Name()] {
+			errs = append(errs, fmt.Errorf("projection name %q is used twice", p.Name()))
+		}
+		seen[p.Name()] = true
+	}
+	return errors.Join(errs...)
+}
+
+// Lines returns the modules' migration lines, in module order (the
+// engine's own line is always applied first).
+func (s Set) Lines() []db.Line {
+	var out []db.Line
+	for _, m := range s {
+		if m.Migrations != nil {
+			out = append(out, *m.Migrations)
+		}
+	}
+	return out
+}
+
+// MountCommands mounts every module's command routes on r.
+func (s Set) MountCommands(r *mux.Router, d commandapi.Deps) error {
+	for _, m := range s {
+		if m.Commands != nil {
+			if err := m.Commands(r, d); err != nil {
+				return fmt.Errorf("module %s: %w", m.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Queries returns every module's query routes.
+func (s Set) Queries(d *readmodels.DB) []queryapi.Route {
+	var out []queryapi.Route
+	for _, m := range s {
+		if m.Queries != nil {
+			out = append(out, m.Queries(d)...)
+		}
+	}
+	return out
+}

@@ -1,0 +1,4 @@
+package commands
+
+// EventIDSpace is the namespace of event IDs, for the external tests.
+var EventIDSpace = eventIDSpace
