@@ -12,13 +12,17 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/commands/commandapi"
+	cmdinventory "github.com/strata-es/strata/commands/inventory"
 	cmdorders "github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/inventory"
 	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
+	projinventory "github.com/strata-es/strata/projections/inventory"
 	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
+	rminventory "github.com/strata-es/strata/readmodels/inventory"
 	rmorders "github.com/strata-es/strata/readmodels/orders"
 	"github.com/strata-es/strata/readmodels/queryapi"
 )
@@ -28,6 +32,7 @@ import (
 func All() Set {
 	return Set{
 		{Name: "orders", Codecs: order.Codecs, Migrations: &projorders.Migrations, Commands: cmdorders.Commands, Projections: projorders.All, Queries: rmorders.Queries},
+		{Name: "inventory", Codecs: inventory.Codecs, Migrations: &projinventory.Migrations, Commands: cmdinventory.Commands, Projections: projinventory.All, Queries: rminventory.Queries},
 	}
 }
 
