@@ -21,6 +21,7 @@ import (
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
+	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -45,10 +46,10 @@ func newBundle(t testing.TB, d *testdb.DB, ps ...projections.Projection) *bundle
 	t.Helper()
 	store := postgres.New(d.App, d.Projector)
 	if ps == nil {
-		ps = projections.All()
+		ps = projorders.All()
 	}
-	svc, err := replay.New(replay.Config{Pool: d.Projector, App: d.App, Log: store, Projections: ps, Logger: quiet(),
-		Runner:       projections.RunnerConfig{BatchSize: 500, Failures: projections.FailurePolicy{Attempts: 3, InitialDelay: 20 * time.Millisecond, MaxDelay: 50 * time.Millisecond}},
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Pool: d.Projector, App: d.App, Log: store, Projections: ps, Logger: quiet(),
+		Runner:       projections.RunnerConfig{Registry: order.Registry, BatchSize: 500, Failures: projections.FailurePolicy{Attempts: 3, InitialDelay: 20 * time.Millisecond, MaxDelay: 50 * time.Millisecond}},
 		YieldTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -147,12 +148,19 @@ func appendAll(ctx context.Context, t testing.TB, s eventstore.Store, hs []histo
 	return last
 }
 
-// appendEvents appends payloads to a stream at an expected version.
+// appendEvents appends order payloads to a stream at an expected version.
 func appendEvents(ctx context.Context, t testing.TB, s eventstore.Store, tenant, stream string, expected int64, ps ...event.Payload) event.Position {
+	t.Helper()
+	return appendWith(ctx, t, s, order.Registry, tenant, stream, expected, ps...)
+}
+
+// appendWith appends payloads encoded by reg to a stream at an expected
+// version.
+func appendWith(ctx context.Context, t testing.TB, s eventstore.Store, reg *event.Registry, tenant, stream string, expected int64, ps ...event.Payload) event.Position {
 	t.Helper()
 	req := eventstore.AppendRequest{Tenant: tenant, Stream: stream, Expected: eventstore.Exact(expected)}
 	for _, p := range ps {
-		typ, sv, data, err := order.Registry.Encode(p)
+		typ, sv, data, err := reg.Encode(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +252,7 @@ func freshRebuild(ctx context.Context, t testing.TB, b *bundle, until event.Posi
 		}
 		adminExec(ctx, t, b.d.AdminURL, `DELETE FROM strata.projection_checkpoints WHERE projection = '`+p.Name()+`_fresh'`)
 		r, err := projections.NewRunner(p.(projections.Retargetable).WithTables(rename), b.store, b.d.Projector,
-			projections.RunnerConfig{BatchSize: 1000, Checkpoint: p.Name() + "_fresh", Logger: quiet()})
+			projections.RunnerConfig{Registry: order.Registry, BatchSize: 1000, Checkpoint: p.Name() + "_fresh", Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
