@@ -135,8 +135,16 @@ func (e env) database(ctx context.Context, logger *slog.Logger) (url string, emb
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, nil, fmt.Errorf("create data directory %s: %w", dir, err)
 	}
+	pg, err := embeddedDataDir(dir)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("start the embedded PostgreSQL (or set DATABASE_URL): %w", err)
+	}
+	if pg.moved != "" {
+		logger.Info("embedded PostgreSQL data is outside STRATA_DATA_DIR, where the postgres OS user can reach it (`make db/reset` deletes it)",
+			"data", pg.path, "data_dir", dir, "reason", pg.moved)
+	}
 	srv, err := pgembed.Start(ctx, pgembed.Config{
-		DataDir: filepath.Join(dir, "pg"),
+		DataDir: pg.path,
 		Mode:    pgembed.Daemon,
 		Logf:    func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) },
 	})

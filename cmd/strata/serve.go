@@ -29,6 +29,7 @@ import (
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/telemetry"
 )
 
@@ -337,7 +338,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}()
 	logger.Info("serving", "url", baseURL, "roles", roles.String())
-	printBanner(stdout, baseURL, roles, embedded != nil, devSecret, secret)
+	printBanner(stdout, baseURL, roles, embedded, devSecret, secret)
 
 	var failure error
 	select {
@@ -419,10 +420,10 @@ func displayAddr(a net.Addr) string {
 // devTenant is the tenant of the token printed at startup.
 const devTenant = "demo"
 
-func printBanner(w io.Writer, baseURL string, roles roleSet, embedded, devSecret bool, secret []byte) {
+func printBanner(w io.Writer, baseURL string, roles roleSet, embedded *pgembed.Server, devSecret bool, secret []byte) {
 	fmt.Fprintf(w, "strata is serving on %s (roles: %s)\n", baseURL, roles)
-	if embedded {
-		fmt.Fprintln(w, "database: embedded PostgreSQL (data in $STRATA_DATA_DIR, default ./.strata)")
+	if embedded != nil {
+		fmt.Fprintf(w, "database: embedded PostgreSQL (data in %s; `make db/reset` deletes it)\n", embedded.DataDir())
 	}
 	if !devSecret {
 		fmt.Fprintln(w, "tokens: signed with STRATA_JWT_SECRET; make one with `strata token --tenant T`")
