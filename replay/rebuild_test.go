@@ -63,7 +63,7 @@ func newLiveSide(t testing.TB, d *testdb.DB, ps ...projections.Projection) *live
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls.router = mux.NewRouter()
+	ls.router = mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
 	ls.router.NotFoundHandler = httpapi.NotFound()
 	ls.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	ls.api = ls.router.NewRoute().Subrouter()

@@ -226,7 +226,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		appPool:  appPool,
 		projPool: projPool,
 		verifier: verifier,
-		router:   mux.NewRouter(),
+		router:   httpapi.NewRouter(),
 		appended: newBroadcast(),
 		env:      e,
 		metrics:  telemetry.NewMetrics(),
@@ -253,8 +253,6 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		a.readiness = append(a.readiness, readinessCheck{"eventstore", es.Ping})
 		logger.Info("event store: EventStoreDB", "url", esdb.Redact(e.str("STRATA_EVENT_STORE", "")))
 	}
-	a.router.NotFoundHandler = httpapi.NotFound()
-	a.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	a.router.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet).Name("livez")

@@ -133,8 +133,11 @@ func (a *API) removeLine(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	product := mux.Vars(r)["product_id"]
-	if err := domain.ValidateEntityID("product_id", product); err != nil {
+	product, err := httpapi.PathVar(r, "product_id")
+	if err == nil {
+		err = domain.ValidateEntityID("product_id", product)
+	}
+	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return
 	}
@@ -178,8 +181,11 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func orderID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("order id", id); err != nil {
+	id, err := httpapi.PathVar(r, "id")
+	if err == nil {
+		err = domain.ValidateEntityID("order id", id)
+	}
+	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return "", false
 	}

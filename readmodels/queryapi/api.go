@@ -193,8 +193,11 @@ func (a *API) order(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, err)
 		return
 	}
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("order id", id); err != nil {
+	id, err := httpapi.PathVar(r, "id")
+	if err == nil {
+		err = domain.ValidateEntityID("order id", id)
+	}
+	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return
 	}
@@ -306,8 +309,11 @@ func (a *API) customerSummary(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, err)
 		return
 	}
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("customer id", id); err != nil {
+	id, err := httpapi.PathVar(r, "id")
+	if err == nil {
+		err = domain.ValidateEntityID("customer id", id)
+	}
+	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return
 	}

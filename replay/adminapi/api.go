@@ -233,7 +233,7 @@ func (a *API) projection(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name := mux.Vars(r)["name"]
+	name := projectionName(r)
 	var list []replay.Status
 	if c.all {
 		list, err = a.svc.Status(r.Context())
@@ -330,7 +330,7 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name := mux.Vars(r)["name"]
+	name := projectionName(r)
 	o := replay.RebuildOptions{Projections: []string{name}, Tenant: c.tenant, Actor: c.actor()}
 	if req.From != "" {
 		pos, err := event.ParseToken(req.From)
@@ -448,7 +448,7 @@ func (a *API) rebuildStatus(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v := a.jobView(mux.Vars(r)["name"], c)
+	v := a.jobView(projectionName(r), c)
 	if v == nil {
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusNotFound, httpapi.CodeNotFound, "no rebuild of this projection was started here"))
 		return
@@ -565,6 +565,17 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		out = append(out, LetterView(l))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"scope": map[bool]string{true: "all", false: "tenant"}[c.all], "dead_letters": out})
+}
+
+// projectionName is the {name} of a projection route, decoded once (the
+// router matches on the escaped path). A malformed escape, which net/http
+// refuses before routing anyway, is left as it is: it names no projection.
+func projectionName(r *http.Request) string {
+	name, err := httpapi.PathVar(r, "name")
+	if err != nil {
+		return mux.Vars(r)["name"]
+	}
+	return name
 }
 
 func letterIDOf(r *http.Request) (int64, error) {

@@ -116,7 +116,7 @@ VALUES ($1, 'order-ok', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := mux.NewRouter()
+	router := mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
 	api := router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
 	reader := readmodels.NewReader(d.App)
