@@ -130,7 +130,7 @@ type app struct {
 	log        eventLog
 	external   bool // events live outside PostgreSQL (EventStoreDB)
 	verifier   *auth.Verifier
-	router     *mux.Router // unauthenticated: /livez, /readyz, /metrics
+	router     *mux.Router // unauthenticated: /livez, /readyz (/metrics: STRATA_METRICS_ADDR)
 	api        *mux.Router // bearer-authenticated
 	commandAPI *mux.Router // api, rate-limited as commands
 	queryAPI   *mux.Router // api, rate-limited as queries
@@ -258,7 +258,6 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	}).Methods(http.MethodGet).Name("livez")
 	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool) }})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
-	a.router.Handle("/metrics", a.metrics.Handler()).Methods(http.MethodGet).Name("metrics")
 	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
 	if tracing {
 		a.router.Use(telemetry.NameSpanByRoute)
@@ -310,6 +309,15 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		defer psrv.Close()
 		logger.Info("pprof listening", "addr", pprofAddr)
 	}
+	var metricsURL string
+	if metricsAddr := e.str("STRATA_METRICS_ADDR", ""); metricsAddr != "" {
+		murl, stopMetrics, err := serveMetrics(metricsAddr, a.metrics.Handler(), logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		metricsURL = murl
+	}
 	srv := httpapi.NewServer(addr, handler)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -336,7 +344,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}()
 	logger.Info("serving", "url", baseURL, "roles", roles.String())
-	printBanner(stdout, baseURL, roles, embedded, devSecret, secret)
+	printBanner(stdout, baseURL, metricsURL, roles, embedded, devSecret, secret)
 
 	var failure error
 	select {
@@ -418,8 +426,11 @@ func displayAddr(a net.Addr) string {
 // devTenant is the tenant of the token printed at startup.
 const devTenant = "demo"
 
-func printBanner(w io.Writer, baseURL string, roles roleSet, embedded *pgembed.Server, devSecret bool, secret []byte) {
+func printBanner(w io.Writer, baseURL, metricsURL string, roles roleSet, embedded *pgembed.Server, devSecret bool, secret []byte) {
 	fmt.Fprintf(w, "strata is serving on %s (roles: %s)\n", baseURL, roles)
+	if metricsURL != "" {
+		fmt.Fprintf(w, "metrics: %s (STRATA_METRICS_ADDR)\n", metricsURL)
+	}
 	if embedded != nil {
 		fmt.Fprintf(w, "database: embedded PostgreSQL (data in %s; `make db/reset` deletes it)\n", embedded.DataDir())
 	}
