@@ -23,7 +23,7 @@ import (
 // PostgreSQL runs as, since it refuses root) cannot reach STRATA_DATA_DIR:
 // `git clone ... ~/strata && make run` as root puts the data under /root,
 // mode 0700. /var/lib survives reboots; the temporary directory is the
-// fallback for a read-only /var. A variable so that tests can add to it.
+// fallback for a read-only /var.
 var relocatedRoots = []string{"/var/lib/strata", filepath.Join(os.TempDir(), "strata-pg")}
 
 // embeddedDir is where the embedded cluster of a data directory lives.
