@@ -316,7 +316,8 @@ func decodeOptional(w http.ResponseWriter, r *http.Request, dst any) error {
 
 // startRebuild starts a rebuild of one projection in the background: of
 // the caller's tenant, or of every tenant with scope=all. A dry run
-// answers the plan at once. 202 with the job; 409 when one runs already.
+// answers the plan at once. 202 with the job; 409 busy when one of the
+// same slot runs already, or another the plan shows stands in the way.
 func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 	q, err := params(r, "scope")
 	if err != nil {
@@ -351,9 +352,19 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, planView(plan, c))
 		return
 	}
-	if _, err := a.svc.Plan(r.Context(), o); err != nil { // validate before starting
+	// Validate before starting, and answer a conflict the plan already
+	// shows (a rebuild of the same slot running, an operator's rebuild of
+	// every tenant in progress) now, not as a failed job later.
+	plan, err := a.svc.Plan(r.Context(), o)
+	if err != nil {
 		fail(w, r, err)
 		return
+	}
+	for _, p := range plan.Projections {
+		if p.Conflict != "" {
+			fail(w, r, fmt.Errorf("%w: %s", replay.ErrBusy, p.Conflict))
+			return
+		}
 	}
 	key := jobKey{name, c.tenant}
 	a.mu.Lock()
@@ -379,6 +390,10 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 		now := time.Now().UTC()
 		j.view.EndedAt, j.finished = &now, true
 		if err != nil {
+			// The job shows a summary and points at the server log: the
+			// details (database text, names of tables) go there.
+			a.svc.Logger().Error("rebuild started over HTTP failed", "projection", name, "scope", scopeName(o), "tenant", o.Tenant,
+				"actor", o.Actor, "error", err.Error())
 			j.view.State, j.view.Error = "failed", publicError(err)
 			return
 		}
