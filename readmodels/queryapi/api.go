@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -166,6 +167,17 @@ type moneyJSON struct {
 
 func money(m readmodels.Money) moneyJSON { return moneyJSON{m.Amount, m.Currency} }
 
+// sumJSON renders a sum over orders. *big.Int marshals as a JSON integer
+// with every digit, so the shape is the same as moneyJSON's and a sum that
+// fits an int64 reads exactly as before; a larger one (possible: each order
+// may reach the int64 maximum) stays exact in the JSON text instead of
+// wrapping or turning into a string. Clients that read numbers into int64
+// or float64 must decode it as an arbitrary-precision integer.
+type sumJSON struct {
+	Amount   *big.Int `json:"amount"`
+	Currency string   `json:"currency"`
+}
+
 type lineJSON struct {
 	ProductID string    `json:"product_id"`
 	Quantity  int64     `json:"quantity"`
@@ -297,10 +309,10 @@ func (a *API) orders(w http.ResponseWriter, r *http.Request) {
 }
 
 type customerSummaryJSON struct {
-	CustomerID string      `json:"customer_id"`
-	Orders     int64       `json:"orders"`
-	OpenOrders int64       `json:"open_orders"`
-	PaidTotal  []moneyJSON `json:"paid_total"`
+	CustomerID string    `json:"customer_id"`
+	Orders     int64     `json:"orders"`
+	OpenOrders int64     `json:"open_orders"`
+	PaidTotal  []sumJSON `json:"paid_total"`
 }
 
 func (a *API) customerSummary(w http.ResponseWriter, r *http.Request) {
@@ -325,18 +337,18 @@ func (a *API) customerSummary(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, err)
 		return
 	}
-	out := customerSummaryJSON{CustomerID: s.CustomerID, Orders: s.Orders, OpenOrders: s.OpenOrders, PaidTotal: make([]moneyJSON, 0, len(s.PaidTotal))}
+	out := customerSummaryJSON{CustomerID: s.CustomerID, Orders: s.Orders, OpenOrders: s.OpenOrders, PaidTotal: make([]sumJSON, 0, len(s.PaidTotal))}
 	for _, m := range s.PaidTotal {
-		out.PaidTotal = append(out.PaidTotal, money(m))
+		out.PaidTotal = append(out.PaidTotal, sumJSON{m.Amount, m.Currency})
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 type revenueDayJSON struct {
-	Date     string `json:"date"`
-	Currency string `json:"currency"`
-	Amount   int64  `json:"amount"`
-	Orders   int64  `json:"orders"`
+	Date     string   `json:"date"`
+	Currency string   `json:"currency"`
+	Amount   *big.Int `json:"amount"` // a sum over orders: see sumJSON
+	Orders   int64    `json:"orders"`
 }
 
 type revenueJSON struct {
