@@ -68,9 +68,8 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: db/reset
-db/reset: ## stop the embedded PostgreSQL of make run and delete its data (./.strata)
-	-@[ -f .strata/pg/postmaster.pid ] && runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D .strata/pg -m fast stop || true
-	rm -rf .strata
+db/reset: build ## stop the embedded PostgreSQL of make run and delete its data ($$STRATA_DATA_DIR, default ./.strata, and the cluster wherever strata put it)
+	./$(BIN) db reset
 
 .PHONY: clean
 clean: ## remove build output

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/projections"
 )
 
 // PlannedRate is the rebuild speed a plan's estimate assumes: events of the
@@ -34,8 +35,10 @@ type Planned struct {
 	// and would be continued from ShadowCheckpoint.
 	Resume           bool
 	ShadowCheckpoint event.Position
-	// Conflict explains why the rebuild would be refused (an interrupted
-	// rebuild of another scope).
+	// Conflict explains why the rebuild would be refused: one of the same
+	// slot is running already, an interrupted one has other flags, or (for
+	// a tenant) a rebuild of every tenant is in progress. It never names
+	// or hints at another tenant.
 	Conflict string
 	// Events counts the log events the build would read; TenantEvents
 	// (with a tenant) those of the tenant among them.
@@ -63,7 +66,7 @@ func (s *Service) Plan(ctx context.Context, o RebuildOptions) (Plan, error) {
 	out := Plan{Head: head}
 	keys := []string{}
 	for _, p := range ps {
-		keys = append(keys, p.Name(), p.Name()+rebuildSuffix)
+		keys = append(keys, p.Name(), p.Name()+rebuildSuffix, slotKey(p.Name(), o.Tenant))
 	}
 	cps, err := s.checkpoints(ctx, keys...)
 	if err != nil {
@@ -90,10 +93,25 @@ func (s *Service) Plan(ctx context.Context, o RebuildOptions) (Plan, error) {
 			continue
 		}
 		for _, t := range p.Tables() {
-			pl.Tables = append(pl.Tables, TablePlan{Live: t, Shadow: t + rebuildSuffix})
+			pl.Tables = append(pl.Tables, TablePlan{Live: t, Shadow: t + slotSuffix(o.Tenant)})
 		}
 		start := event.Position{}
-		if cp, ok := cps[p.Name()+rebuildSuffix]; ok {
+		key := slotKey(p.Name(), o.Tenant)
+		if o.Tenant != "" {
+			// What prepareShadow refuses, the plan reports (no other
+			// tenant's slot is looked at).
+			if cp, ok := cps[p.Name()+rebuildSuffix]; ok {
+				if m, err := parseMeta(cp.Rebuild); err != nil || (m != nil && m.Scope == "all") {
+					pl.Conflict = allScopeMessage(p.Name())
+				}
+			}
+		}
+		if running, err := projections.LeaseHeld(ctx, s.cfg.Pool, key); err != nil {
+			return Plan{}, err
+		} else if running && pl.Conflict == "" {
+			pl.Conflict = runningMessage(p.Name(), o.Tenant)
+		}
+		if cp, ok := cps[key]; ok {
 			m, err := parseMeta(cp.Rebuild)
 			if err != nil {
 				return Plan{}, err
@@ -104,7 +122,9 @@ func (s *Service) Plan(ctx context.Context, o RebuildOptions) (Plan, error) {
 			}
 			if m != nil && m.Scope == o.scope() && m.TenantSHA256 == wantHash {
 				pl.Resume, pl.ShadowCheckpoint, start = true, cp.Position, cp.Position
-			} else {
+			} else if pl.Conflict == "" && o.Tenant != "" {
+				pl.Conflict = fmt.Sprintf("the rebuild slot of %s is taken: retry later, or ask an operator", p.Name())
+			} else if pl.Conflict == "" {
 				pl.Conflict = fmt.Sprintf("an interrupted rebuild of %s with other flags exists: finish it with its own flags or drop it with --abort", p.Name())
 			}
 		}

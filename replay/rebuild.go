@@ -128,6 +128,13 @@ func (s *Service) check(o RebuildOptions) ([]projections.Projection, error) {
 		if err := checkTenant(o.Tenant); err != nil {
 			return nil, err
 		}
+		if o.From == nil {
+			for _, p := range ps {
+				if key := slotKey(p.Name(), o.Tenant); len(key) > 63 {
+					return nil, fmt.Errorf("%w: projection name %s is too long for a tenant's rebuild (its slot %s passes 63 bytes)", ErrInvalid, p.Name(), key)
+				}
+			}
+		}
 	}
 	var refused []string
 	for _, p := range ps {
@@ -224,7 +231,7 @@ func (s *Service) Rebuild(ctx context.Context, o RebuildOptions) (Result, error)
 // rebuildOne runs the steps of Rebuild for one projection.
 func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o RebuildOptions, shared *projections.SharedReads, tr *tracker) (Rebuilt, error) {
 	began := time.Now()
-	name, key := p.Name(), p.Name()+rebuildSuffix
+	name, key := p.Name(), slotKey(p.Name(), o.Tenant)
 	res := Rebuilt{Name: name, Scope: o.scope()}
 	meta, resumed, err := s.prepareShadow(ctx, p, o.Tenant)
 	if err != nil {
@@ -234,7 +241,7 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 	shadowX, err := s.exclusive(ctx, key)
 	if err != nil {
 		if errors.Is(err, ErrBusy) {
-			return res, fmt.Errorf("%w: a rebuild of %s is running already (another session holds %s)", ErrBusy, name, key)
+			return res, fmt.Errorf("%w: %s", ErrBusy, runningMessage(name, o.Tenant))
 		}
 		return res, err
 	}
@@ -371,18 +378,44 @@ func shadowNames(m *rebuildMeta) []string {
 	return out
 }
 
-// prepareShadow finds the shadow of an interrupted rebuild with the same
-// scope, or creates the shadow tables and their checkpoint row in one
-// transaction (dropping what earlier attempts left behind).
+// runningMessage says that a rebuild of name in the slot of tenant ("":
+// every tenant) is running already, naming no tenant.
+func runningMessage(name, tenant string) string {
+	if tenant == "" {
+		return fmt.Sprintf("a rebuild of %s of every tenant is running already", name)
+	}
+	return fmt.Sprintf("a rebuild of %s of this tenant is running already", name)
+}
+
+// allScopeMessage is why a tenant's rebuild waits for the operator's:
+// both would be correct, but the full rebuild's swap would replace the
+// tenant's rows again, so the tenant's work would be wasted.
+func allScopeMessage(name string) string {
+	return fmt.Sprintf("a rebuild of %s of every tenant is in progress or interrupted (started by an operator): it rebuilds this tenant's rows too; retry when it is done", name)
+}
+
+// prepareShadow finds the shadow of an interrupted rebuild in the slot of
+// the scope (every tenant, or this tenant), or creates the shadow tables
+// and their checkpoint row in one transaction (dropping what earlier
+// attempts left behind). A tenant's rebuild is refused while a rebuild of
+// every tenant exists; other tenants' slots are never looked at.
 func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, tenant string) (*rebuildMeta, bool, error) {
-	name, key := p.Name(), p.Name()+rebuildSuffix
-	cps, err := s.checkpoints(ctx, key)
+	name, key, suffix := p.Name(), slotKey(p.Name(), tenant), slotSuffix(tenant)
+	cps, err := s.checkpoints(ctx, key, p.Name()+rebuildSuffix)
 	if err != nil {
 		return nil, false, err
 	}
 	scope, hash := "all", ""
 	if tenant != "" {
 		scope, hash = "tenant", tenantHash(tenant)
+		// A tenant rebuild interrupted before slots were per tenant sits
+		// in the shared slot with scope "tenant": it blocks only the
+		// operator (who may --abort it), not tenants.
+		if cp, ok := cps[p.Name()+rebuildSuffix]; ok {
+			if m, err := parseMeta(cp.Rebuild); err != nil || (m != nil && m.Scope == "all") {
+				return nil, false, fmt.Errorf("%w: %s", ErrInvalid, allScopeMessage(name))
+			}
+		}
 	}
 	if cp, ok := cps[key]; ok {
 		m, err := parseMeta(cp.Rebuild)
@@ -393,15 +426,13 @@ func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, t
 			return nil, false, fmt.Errorf("%w: checkpoint row %s exists but is no rebuild of %s: remove it by hand", ErrInvalid, key, name)
 		}
 		if m.Scope != scope || m.TenantSHA256 != hash {
-			what := "of every tenant"
-			if m.Scope == "tenant" {
-				what = "of one tenant"
-				if scope == "tenant" {
-					what = "of another tenant"
-				}
+			if tenant != "" {
+				// Two tenants whose hashes share the slot's prefix: said
+				// without naming or hinting at the other tenant.
+				return nil, false, fmt.Errorf("%w: the rebuild slot of %s is taken: retry later, or ask an operator", ErrInvalid, name)
 			}
-			return nil, false, fmt.Errorf("%w: an interrupted rebuild of %s %s exists: run it again with its own flags to finish it, or drop it with `strata replay rebuild --projection %s --abort`",
-				ErrInvalid, name, what, name)
+			return nil, false, fmt.Errorf("%w: an interrupted rebuild of %s of one tenant exists in the shared slot (from an older strata): finish it with its own flags, or drop it with `strata replay rebuild --projection %s --abort`",
+				ErrInvalid, name, name)
 		}
 		for _, shadow := range m.Tables {
 			var exists bool
@@ -418,14 +449,18 @@ func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, t
 	m := &rebuildMeta{Of: name, Scope: scope, TenantSHA256: hash, Tables: map[string]string{}, StartedAt: time.Now().UTC()}
 	err = s.ownerTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		for _, t := range p.Tables() {
-			shadow := t + rebuildSuffix
+			shadow := t + suffix
 			if err := checkNameLen(shadow); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+ident(shadow)+`, `+ident(t+replacedSuffix)); err != nil {
+			drop := ident(shadow)
+			if tenant == "" { // the replaced tables belong to full swaps
+				drop += ", " + ident(t+replacedSuffix)
+			}
+			if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+drop); err != nil {
 				return err
 			}
-			deferred, err := cloneTable(ctx, tx, t, shadow, true)
+			deferred, err := cloneTable(ctx, tx, t, shadow, suffix, true)
 			if err != nil {
 				return err
 			}
@@ -677,13 +712,19 @@ WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND status = 
 }
 
 // Abort drops an interrupted rebuild of a projection: its shadow tables and
-// checkpoint row. A running rebuild must be stopped first.
-func (s *Service) Abort(ctx context.Context, name string) error {
+// checkpoint row, in the slot of tenant ("" for a rebuild of every
+// tenant). A running rebuild must be stopped first.
+func (s *Service) Abort(ctx context.Context, name, tenant string) error {
 	p, err := s.projection(name)
 	if err != nil {
 		return err
 	}
-	key := p.Name() + rebuildSuffix
+	if tenant != "" {
+		if err := checkTenant(tenant); err != nil {
+			return err
+		}
+	}
+	key := slotKey(p.Name(), tenant)
 	cps, err := s.checkpoints(ctx, key)
 	if err != nil {
 		return err

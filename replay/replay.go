@@ -125,6 +125,11 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// Logger is where the service logs (Config.Logger): what a caller reports
+// to a client only in summary, such as a background rebuild's failure,
+// goes here in full.
+func (s *Service) Logger() *slog.Logger { return s.cfg.Logger }
+
 // Names returns the names of the projections the service knows, in order.
 func (s *Service) Names() []string { return projections.Names(s.cfg.Projections) }
 

@@ -18,10 +18,30 @@ import (
 // and dropped right after. Constraints and indexes of a shadow table carry
 // the suffix too and are renamed with it, so that after the swap every
 // object has its original name.
+//
+// A tenant's rebuild has a slot of its own: <name>__rebuild_<h> and
+// <table>__rebuild_<h>, h the first 12 hex digits of the tenant's hash
+// (never its ID), so that one tenant's running or interrupted rebuild
+// never blocks another tenant's or the operator's (issue 13). Its shadow
+// is only copied from, never renamed into place.
 const (
 	rebuildSuffix  = "__rebuild"
 	replacedSuffix = "__replaced"
+	// tenantSlotLen is how much of a tenant's hash names its slot.
+	tenantSlotLen = 12
 )
+
+// slotSuffix is the suffix of a rebuild's checkpoint key and shadow tables:
+// rebuildSuffix for every tenant, rebuildSuffix_<hash> for one.
+func slotSuffix(tenant string) string {
+	if tenant == "" {
+		return rebuildSuffix
+	}
+	return rebuildSuffix + "_" + tenantHash(tenant)[:tenantSlotLen]
+}
+
+// slotKey is the checkpoint key (and lease) of a rebuild of name.
+func slotKey(name, tenant string) string { return name + slotSuffix(tenant) }
 
 func ident(name string) string { return pgx.Identifier{db.Schema, name}.Sanitize() }
 func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
@@ -76,8 +96,10 @@ UNION ALL SELECT 'inheritance' FROM pg_inherits WHERE inhrelid = $1 OR inhparent
 // the same grants (table and column level). Plain indexes are returned as
 // statements instead of created when defer is set: a rebuild builds them
 // once, after loading the rows, which is much cheaper than maintaining them
-// row by row. It runs as the owner, in the caller's transaction.
-func cloneTable(ctx context.Context, tx pgx.Tx, live, shadow string, deferIndexes bool) (deferred []string, err error) {
+// row by row. Keys and indexes are named with suffix appended (names of
+// indexes are unique in the schema, so every slot needs its own). It runs
+// as the owner, in the caller's transaction.
+func cloneTable(ctx context.Context, tx pgx.Tx, live, shadow, suffix string, deferIndexes bool) (deferred []string, err error) {
 	t, err := inspectTable(ctx, tx, live)
 	if err != nil {
 		return nil, err
@@ -96,7 +118,7 @@ func cloneTable(ctx context.Context, tx pgx.Tx, live, shadow string, deferIndexe
 			return nil, err
 		}
 	}
-	// Keys (and exclusion constraints), named <name>__rebuild.
+	// Keys (and exclusion constraints), named <name><suffix>.
 	rows, err := tx.Query(ctx, `SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1 AND contype IN ('p', 'u', 'x') ORDER BY conname`, t.oid)
 	if err != nil {
 		return nil, fmt.Errorf("read keys of %s: %w", live, err)
@@ -110,10 +132,10 @@ func cloneTable(ctx context.Context, tx pgx.Tx, live, shadow string, deferIndexe
 		return nil, fmt.Errorf("read keys of %s: %w", live, err)
 	}
 	for _, k := range keys {
-		if err := checkNameLen(k.name + rebuildSuffix); err != nil {
+		if err := checkNameLen(k.name + suffix); err != nil {
 			return nil, err
 		}
-		if err := exec(fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, ident(shadow), quote(k.name+rebuildSuffix), k.sql)); err != nil {
+		if err := exec(fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, ident(shadow), quote(k.name+suffix), k.sql)); err != nil {
 			return nil, err
 		}
 	}
@@ -140,14 +162,14 @@ WHERE i.indrelid = $1 AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.coni
 		if at < 0 {
 			return nil, fmt.Errorf("index %s of %s: unexpected definition %q", x.name, live, x.sql)
 		}
-		if err := checkNameLen(x.name + rebuildSuffix); err != nil {
+		if err := checkNameLen(x.name + suffix); err != nil {
 			return nil, err
 		}
 		unique := ""
 		if x.unique {
 			unique = "UNIQUE "
 		}
-		stmt := fmt.Sprintf(`CREATE %sINDEX %s ON %s%s`, unique, quote(x.name+rebuildSuffix), ident(shadow), x.sql[at:])
+		stmt := fmt.Sprintf(`CREATE %sINDEX %s ON %s%s`, unique, quote(x.name+suffix), ident(shadow), x.sql[at:])
 		if deferIndexes && !x.unique { // unique indexes enforce what the rows must satisfy: build them now
 			deferred = append(deferred, stmt)
 			continue

@@ -20,8 +20,13 @@ type Status struct {
 	projections.ProjectionStatus
 	// Generation identifies the projection's current rows.
 	Generation string
-	// Rebuild is the rebuild in progress or interrupted, if any.
+	// Rebuild is the rebuild of every tenant in progress or interrupted,
+	// if any.
 	Rebuild *RebuildStatus
+	// TenantRebuilds are the rebuilds of single tenants in progress or
+	// interrupted, each in its own slot (the tenant is not recorded, only
+	// a hash of it; `strata replay rebuild --tenant T --abort` drops one).
+	TenantRebuilds []RebuildStatus
 	// Leftovers are tables a swap replaced and could not drop (the next
 	// rebuild drops them).
 	Leftovers []string
@@ -113,7 +118,7 @@ func (s *Service) TenantStatus(ctx context.Context, tenant string) ([]Status, er
 	for i := range out {
 		c := counts[out[i].Name]
 		out[i].ParkedStreams, out[i].ParkedLetters = c[0], c[1]
-		out[i].Rebuild, out[i].Leftovers = nil, nil // other tenants' business
+		out[i].Rebuild, out[i].TenantRebuilds, out[i].Leftovers = nil, nil, nil // other tenants' business
 	}
 	return out, nil
 }
@@ -146,11 +151,8 @@ FROM projection_checkpoints c WHERE c.projection = ANY($2::text[])`, tenant, s.N
 
 // decorate adds generations, rebuilds and leftovers to the monitor's view.
 func (s *Service) decorate(ctx context.Context, list []projections.ProjectionStatus) ([]Status, error) {
-	keys := make([]string, 0, 2*len(list))
-	for _, st := range list {
-		keys = append(keys, st.Name, st.Name+rebuildSuffix)
-	}
-	cps, err := s.checkpoints(ctx, keys...)
+	// Every row: tenants' rebuild slots have keys of their own.
+	cps, err := s.checkpoints(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -165,18 +167,39 @@ func (s *Service) decorate(ctx context.Context, list []projections.ProjectionSta
 	out := make([]Status, 0, len(list))
 	for _, st := range list {
 		o := Status{ProjectionStatus: st, Generation: cps[st.Name].Generation}
-		if cp, ok := cps[st.Name+rebuildSuffix]; ok {
+		rebuildOf := func(key string) (*RebuildStatus, error) {
+			cp, ok := cps[key]
+			if !ok {
+				return nil, nil
+			}
 			m, err := parseMeta(cp.Rebuild)
+			if err != nil || m == nil {
+				return nil, err
+			}
+			rs := &RebuildStatus{Scope: m.Scope, Checkpoint: cp.Position, Tables: m.Tables, StartedAt: m.StartedAt,
+				PendingIndexes: len(m.DeferredIndexes), ParkedStreams: cp.ParkedStreams, Active: active[key]}
+			if rs.LagEvents, _, err = s.cfg.Log.Lag(ctx, cp.Position); err != nil {
+				return nil, err
+			}
+			return rs, nil
+		}
+		if o.Rebuild, err = rebuildOf(st.Name + rebuildSuffix); err != nil {
+			return nil, err
+		}
+		var slots []string
+		for key := range cps {
+			if strings.HasPrefix(key, st.Name+rebuildSuffix+"_") {
+				slots = append(slots, key)
+			}
+		}
+		slices.Sort(slots)
+		for _, key := range slots {
+			rs, err := rebuildOf(key)
 			if err != nil {
 				return nil, err
 			}
-			if m != nil {
-				rs := &RebuildStatus{Scope: m.Scope, Checkpoint: cp.Position, Tables: m.Tables, StartedAt: m.StartedAt,
-					PendingIndexes: len(m.DeferredIndexes), ParkedStreams: cp.ParkedStreams, Active: active[st.Name+rebuildSuffix]}
-				if rs.LagEvents, _, err = s.cfg.Log.Lag(ctx, cp.Position); err != nil {
-					return nil, err
-				}
-				o.Rebuild = rs
+			if rs != nil {
+				o.TenantRebuilds = append(o.TenantRebuilds, *rs)
 			}
 		}
 		if p, ok := s.byName[st.Name]; ok {

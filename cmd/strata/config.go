@@ -40,6 +40,7 @@ var envVars = map[string]string{
 	"STRATA_RATE_OVERRIDES":            "per-tenant rates, e.g. acme:commands=500/s,burst=1000; beta:queries=10/s",
 	"STRATA_MAX_IN_FLIGHT":             "requests served at once before shedding with 503 (default 256)",
 	"STRATA_PPROF_ADDR":                "serve Go's pprof profiles on this separate address, e.g. 127.0.0.1:6060 (default off)",
+	"STRATA_METRICS_ADDR":              "serve Prometheus metrics (/metrics, unauthenticated) on this separate address, e.g. :9090 (default off)",
 	"STRATA_PROJECTION_BATCH":          "most events a projection applies per transaction (default 500)",
 	"STRATA_PROJECTION_POLL":           "how often projection runners read the log when nothing wakes them, e.g. 1s or 250ms (default 1s)",
 	"STRATA_PROJECTION_RETRY_ATTEMPTS": "attempts at an event a projection cannot apply before its stream stays parked in the dead-letter store (default 5)",
@@ -135,8 +136,16 @@ func (e env) database(ctx context.Context, logger *slog.Logger) (url string, emb
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, nil, fmt.Errorf("create data directory %s: %w", dir, err)
 	}
+	pg, err := embeddedDataDir(dir)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("start the embedded PostgreSQL (or set DATABASE_URL): %w", err)
+	}
+	if pg.moved != "" {
+		logger.Info("embedded PostgreSQL data is outside STRATA_DATA_DIR, where the postgres OS user can reach it (`make db/reset` deletes it)",
+			"data", pg.path, "data_dir", dir, "reason", pg.moved)
+	}
 	srv, err := pgembed.Start(ctx, pgembed.Config{
-		DataDir: filepath.Join(dir, "pg"),
+		DataDir: pg.path,
 		Mode:    pgembed.Daemon,
 		Logf:    func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) },
 	})

@@ -35,6 +35,7 @@ Usage:
   strata replay  status|rebuild|dlq ...                             projections' status, rebuilds, dead letters (replay help)
   strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token
   strata bench   [--quick] [--out FILE] [--workloads a,b]          measure hot paths against raw PostgreSQL
+  strata db      reset                                              stop the embedded PostgreSQL and delete its data
   strata version                                                    print the version
 
 Configuration comes from the environment; see README.md ("Configuration").
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdToken(args[1:], env, stdout, stderr)
 	case "bench":
 		return cmdBench(ctx, args[1:], stdout, stderr)
+	case "db":
+		return cmdDB(ctx, args[1:], env, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "strata", version)
 		return exitOK

@@ -39,7 +39,7 @@ const replayUsage = `strata replay — status, rebuilds and the dead-letter stor
 Usage:
   strata replay status [--json]
   strata replay rebuild --projection NAME[,NAME] | --all [--tenant T] [--from TOKEN] [--dry-run] [--json]
-  strata replay rebuild --projection NAME --abort
+  strata replay rebuild --projection NAME [--tenant T] --abort
   strata replay dlq list [--projection P] [--tenant T] [--stream S] [--status parked|retried|discarded|superseded|all] [--limit N] [--json]
   strata replay dlq show ID [--tenant T] [--json]
   strata replay dlq retry ID | --stream S | --all [--projection P] [--tenant T] [--json]
@@ -235,7 +235,9 @@ type statusJSON struct {
 	LastError     string       `json:"last_error,omitempty"`
 	Generation    string       `json:"generation"`
 	Rebuild       *rebuildJSON `json:"rebuild"`
-	Leftovers     []string     `json:"leftover_tables,omitempty"`
+	// TenantRebuilds counts single tenants' rebuilds (each in its own slot).
+	TenantRebuilds int      `json:"tenant_rebuilds"`
+	Leftovers      []string `json:"leftover_tables,omitempty"`
 }
 
 type rebuildJSON struct {
@@ -278,7 +280,7 @@ func replayStatus(ctx context.Context, args []string, e env, stdout, stderr io.W
 		for _, s := range list {
 			j := statusJSON{Name: s.Name, State: string(s.State), Checkpoint: s.Checkpoint.Token(), Head: s.Head.Token(),
 				LagEvents: s.LagEvents, LagSeconds: s.LagSeconds, ParkedStreams: s.ParkedStreams, DeadLetters: s.ParkedLetters,
-				LastError: s.LastError, Generation: s.Generation, Leftovers: s.Leftovers}
+				LastError: s.LastError, Generation: s.Generation, Leftovers: s.Leftovers, TenantRebuilds: len(s.TenantRebuilds)}
 			if r := s.Rebuild; r != nil {
 				j.Rebuild = &rebuildJSON{Scope: r.Scope, Running: r.Active, Checkpoint: r.Checkpoint.Token(), LagEvents: r.LagEvents,
 					PendingIndexes: r.PendingIndexes, Tables: r.Tables, StartedAt: r.StartedAt}
@@ -353,6 +355,9 @@ func replayStatus(ctx context.Context, args []string, e env, stdout, stderr io.W
 		if s.LastError != "" {
 			fmt.Fprintf(stdout, "\n%s is stuck: %s\n", s.Name, s.LastError)
 		}
+		if n := len(s.TenantRebuilds); n > 0 {
+			fmt.Fprintf(stdout, "\n%s: %d rebuilds of single tenants in progress or interrupted (each resumes when started again; `replay rebuild --projection %s --tenant T --abort` drops one)\n", s.Name, n, s.Name)
+		}
 		if len(s.Leftovers) > 0 {
 			fmt.Fprintf(stdout, "\n%s: tables left by an earlier swap: %s (the next rebuild drops them)\n", s.Name, strings.Join(s.Leftovers, ", "))
 		}
@@ -401,8 +406,8 @@ func replayRebuild(ctx context.Context, args []string, e env, stdout, stderr io.
 		}
 		o.From = &pos
 	}
-	if *abort && (*all || len(o.Projections) != 1 || *tenant != "" || *from != "" || *dry) {
-		return usageError(stderr, "--abort takes exactly one --projection and nothing else")
+	if *abort && (*all || len(o.Projections) != 1 || *from != "" || *dry) {
+		return usageError(stderr, "--abort takes exactly one --projection (and --tenant for a tenant's rebuild) and nothing else")
 	}
 	re, err := openReplay(ctx, e, stderr, *batch)
 	if err != nil {
@@ -410,7 +415,7 @@ func replayRebuild(ctx context.Context, args []string, e env, stdout, stderr io.
 	}
 	defer re.close()
 	if *abort {
-		if err := re.svc.Abort(ctx, o.Projections[0]); err != nil {
+		if err := re.svc.Abort(ctx, o.Projections[0], *tenant); err != nil {
 			return replayError(stderr, err)
 		}
 		fmt.Fprintf(stdout, "dropped the interrupted rebuild of %s\n", o.Projections[0])

@@ -30,6 +30,7 @@ import (
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/telemetry"
 )
 
@@ -132,7 +133,7 @@ type app struct {
 	log        eventLog
 	external   bool // events live outside PostgreSQL (EventStoreDB)
 	verifier   *auth.Verifier
-	router     *mux.Router // unauthenticated: /livez, /readyz, /metrics
+	router     *mux.Router // unauthenticated: /livez, /readyz (/metrics: STRATA_METRICS_ADDR)
 	api        *mux.Router // bearer-authenticated
 	commandAPI *mux.Router // api, rate-limited as commands
 	queryAPI   *mux.Router // api, rate-limited as queries
@@ -238,7 +239,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		appPool:  appPool,
 		projPool: projPool,
 		verifier: verifier,
-		router:   mux.NewRouter(),
+		router:   httpapi.NewRouter(),
 		appended: newBroadcast(),
 		env:      e,
 		metrics:  telemetry.NewMetrics(),
@@ -265,14 +266,11 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		a.readiness = append(a.readiness, readinessCheck{"eventstore", es.Ping})
 		logger.Info("event store: EventStoreDB", "url", esdb.Redact(e.str("STRATA_EVENT_STORE", "")))
 	}
-	a.router.NotFoundHandler = httpapi.NotFound()
-	a.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	a.router.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet).Name("livez")
 	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool, mods) }})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
-	a.router.Handle("/metrics", a.metrics.Handler()).Methods(http.MethodGet).Name("metrics")
 	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
 	if tracing {
 		a.router.Use(telemetry.NameSpanByRoute)
@@ -324,6 +322,15 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		defer psrv.Close()
 		logger.Info("pprof listening", "addr", pprofAddr)
 	}
+	var metricsURL string
+	if metricsAddr := e.str("STRATA_METRICS_ADDR", ""); metricsAddr != "" {
+		murl, stopMetrics, err := serveMetrics(metricsAddr, a.metrics.Handler(), logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		metricsURL = murl
+	}
 	srv := httpapi.NewServer(addr, handler)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -350,7 +357,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}()
 	logger.Info("serving", "url", baseURL, "roles", roles.String())
-	printBanner(stdout, baseURL, roles, embedded != nil, devSecret, secret)
+	printBanner(stdout, baseURL, metricsURL, roles, embedded, devSecret, secret)
 
 	var failure error
 	select {
@@ -442,10 +449,13 @@ func displayAddr(a net.Addr) string {
 // devTenant is the tenant of the token printed at startup.
 const devTenant = "demo"
 
-func printBanner(w io.Writer, baseURL string, roles roleSet, embedded, devSecret bool, secret []byte) {
+func printBanner(w io.Writer, baseURL, metricsURL string, roles roleSet, embedded *pgembed.Server, devSecret bool, secret []byte) {
 	fmt.Fprintf(w, "strata is serving on %s (roles: %s)\n", baseURL, roles)
-	if embedded {
-		fmt.Fprintln(w, "database: embedded PostgreSQL (data in $STRATA_DATA_DIR, default ./.strata)")
+	if metricsURL != "" {
+		fmt.Fprintf(w, "metrics: %s (STRATA_METRICS_ADDR)\n", metricsURL)
+	}
+	if embedded != nil {
+		fmt.Fprintf(w, "database: embedded PostgreSQL (data in %s; `make db/reset` deletes it)\n", embedded.DataDir())
 	}
 	if !devSecret {
 		fmt.Fprintln(w, "tokens: signed with STRATA_JWT_SECRET; make one with `strata token --tenant T`")

@@ -16,8 +16,8 @@ import (
 func TestServeAdminWiring(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	secret := "serve-admin-test-secret-0123456789abcdef"
-	base, _, stop := startServe(t, map[string]string{"DATABASE_URL": url, "STRATA_DATA_DIR": t.TempDir(), "STRATA_JWT_SECRET": secret,
-		"STRATA_LOG_LEVEL": "warn", "STRATA_PROJECTION_RETRY_ATTEMPTS": "3"})
+	base, banner, stop := startServe(t, map[string]string{"DATABASE_URL": url, "STRATA_DATA_DIR": t.TempDir(), "STRATA_JWT_SECRET": secret,
+		"STRATA_LOG_LEVEL": "warn", "STRATA_PROJECTION_RETRY_ATTEMPTS": "3", "STRATA_METRICS_ADDR": "127.0.0.1:0"})
 	defer func() {
 		if code := stop(); code != exitOK {
 			t.Errorf("serve exited %d", code)
@@ -49,12 +49,7 @@ func TestServeAdminWiring(t *testing.T) {
 	if status, body := get("/v1/admin/projections/order_list", auth.ScopeAdmin); status != http.StatusOK || !strings.Contains(body, `"dead_letters":0`) {
 		t.Errorf("projection status: %d %s", status, body)
 	}
-	res, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	_, raw := scrape(t, banner)
 	for _, want := range []string{`strata_dead_letters{projection="order_details"} 0`, `strata_projection_lag_events{projection="daily_revenue"}`} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -32,7 +32,8 @@ func TestOneTraceFromRequestToProjection(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	dataDir := t.TempDir()
 	const tenant = "tenant-canary-7"
-	base, _, stop := startServe(t, map[string]string{"DATABASE_URL": url, "STRATA_DATA_DIR": dataDir, "STRATA_LOG_LEVEL": "error"})
+	base, banner, stop := startServe(t, map[string]string{"DATABASE_URL": url, "STRATA_DATA_DIR": dataDir, "STRATA_LOG_LEVEL": "error",
+		"STRATA_METRICS_ADDR": "127.0.0.1:0"})
 	secret, err := auth.LoadOrCreateSecret(dataDir)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +68,7 @@ func TestOneTraceFromRequestToProjection(t *testing.T) {
 	}
 	do("POST", "/v1/orders", `{"order_id":"traced-1","customer_id":"c-1","currency":"EUR"}`, "Idempotency-Key", "trace-key") // a replay
 
-	status, metrics := do("GET", "/metrics", "")
+	status, metrics := scrape(t, banner)
 	if status != 200 {
 		t.Fatalf("/metrics: %d", status)
 	}

@@ -16,7 +16,7 @@ func cmdToken(args []string, e env, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	tenant := fs.String("tenant", "", "tenant ID (required), [a-z0-9-]{1,63}")
 	sub := fs.String("sub", "dev", "subject")
-	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
+	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime, at most 744h (31 days)")
 	scope := fs.String("scope", "", "space- or comma-separated scopes, e.g. admin")
 	cross := fs.Bool("cross-tenant", false, "allow admin views across tenants (audited)")
 	if err := fs.Parse(args); err != nil {
@@ -27,8 +27,8 @@ func cmdToken(args []string, e env, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "strata token: --tenant is required and must match [a-z0-9-]{1,63}")
 		return exitUsage
 	}
-	if *ttl <= 0 {
-		fmt.Fprintln(stderr, "strata token: --ttl must be positive")
+	if *ttl <= 0 || *ttl > auth.MaxLifetime {
+		fmt.Fprintf(stderr, "strata token: --ttl must be positive and at most %s (31 days): the API refuses longer-lived tokens\n", auth.MaxLifetime)
 		return exitUsage
 	}
 	secret, _, err := e.jwtSecret()

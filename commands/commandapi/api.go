@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/strata-es/strata/commands"
-	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/internal/httpapi"
@@ -44,7 +43,7 @@ type Route[A any] struct {
 	// Status is the success status: 200, or 201 for a route creating its
 	// aggregate (default 200).
 	Status int
-	// Command parses the request (path variables with PathID, the body with
+	// Command parses the request (path variables with httpapi.PathID, the body with
 	// DecodeBody, DecodeOptional or EmptyBody) into the command. Its error
 	// is answered as httpapi classifies it (an *httpapi.Error, or a domain
 	// kind: ErrInvalid is 400).
@@ -91,16 +90,6 @@ func Register[A any](r *mux.Router, exec commands.Executor[A], res Resource, rou
 			execute(w, r, exec, res, cmd, status)
 		}).Methods(rt.Method).Name(rt.Name)
 	}
-}
-
-// PathID returns the path variable name, checked as an entity ID (what
-// names it in the error, e.g. "order id").
-func PathID(r *http.Request, name, what string) (string, error) {
-	id := mux.Vars(r)[name]
-	if err := domain.ValidateEntityID(what, id); err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 // DecodeBody decodes the request's JSON body strictly into dst.

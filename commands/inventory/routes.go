@@ -7,6 +7,7 @@ import (
 
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/domain/inventory"
+	"github.com/strata-es/strata/internal/httpapi"
 )
 
 // Resource is how inventory items appear in the command API.
@@ -42,7 +43,7 @@ func Commands(r *mux.Router, d commandapi.Deps) error {
 	return commandapi.Mount(r, d, Aggregate, Resource, Routes()...)
 }
 
-func sku(r *http.Request) (string, error) { return commandapi.PathID(r, "sku", "sku") }
+func sku(r *http.Request) (string, error) { return httpapi.PathID(r, "sku", "sku") }
 
 func receive(w http.ResponseWriter, r *http.Request) (Command, error) {
 	id, err := sku(r)

@@ -45,7 +45,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mux.NewRouter()
+	r := mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
 	r.NotFoundHandler = httpapi.NotFound()
 	api := r.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(v))

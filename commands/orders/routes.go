@@ -9,6 +9,7 @@ import (
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/internal/httpapi"
 )
 
 // Resource is how orders appear in the command API.
@@ -59,7 +60,7 @@ func Commands(r *mux.Router, d commandapi.Deps) error {
 	return commandapi.Mount(r, d, Aggregate, Resource, Routes()...)
 }
 
-func orderID(r *http.Request) (string, error) { return commandapi.PathID(r, "id", "order id") }
+func orderID(r *http.Request) (string, error) { return httpapi.PathID(r, "id", "order id") }
 
 func createOrder(w http.ResponseWriter, r *http.Request) (Command, error) {
 	var req createOrderRequest
@@ -104,7 +105,7 @@ func removeLine(w http.ResponseWriter, r *http.Request) (Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	product, err := commandapi.PathID(r, "product_id", "product_id")
+	product, err := httpapi.PathID(r, "product_id", "product_id")
 	if err != nil {
 		return nil, err
 	}

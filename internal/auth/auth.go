@@ -61,6 +61,12 @@ const MinSecretLen = 32
 // maxTokenLen bounds the work done on a hostile Authorization header.
 const maxTokenLen = 4096
 
+// MaxLifetime is the longest a token may be valid: exp - iat, or exp - now
+// for a token without iat. A leaked token must expire on its own; without
+// a bound, a signer's exp of 10^18 made one valid forever. Sign refuses a
+// longer ttl, and so does `strata token --ttl`.
+const MaxLifetime = 31 * 24 * time.Hour
+
 type wireClaims struct {
 	jwt.RegisteredClaims
 	Tenant      string `json:"tenant"`
@@ -101,6 +107,7 @@ func NewVerifier(secret []byte, now func() time.Time) (*Verifier, error) {
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{"HS256"}), // no "none", no algorithm confusion
 			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(), // iat, when present, is not in the future (beyond leeway)
 			jwt.WithLeeway(leeway),
 			jwt.WithTimeFunc(now),
 			jwt.WithStrictDecoding(),
@@ -159,14 +166,26 @@ func compactJWS(token string) bool {
 	return dots == 2
 }
 
-// leeway is the clock skew tolerated on exp.
+// leeway is the clock skew tolerated on exp, nbf and iat.
 const leeway = 30 * time.Second
 
 func (v *Verifier) verify(token string) (Claims, error) {
 	var wc wireClaims
-	_, err := v.parser.ParseWithClaims(token, &wc, func(*jwt.Token) (any, error) { return v.secret, nil })
+	tok, err := v.parser.ParseWithClaims(token, &wc, func(*jwt.Token) (any, error) { return v.secret, nil })
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+	}
+	if _, ok := tok.Header["crit"]; ok {
+		// RFC 7515 4.1.11: a recipient must refuse a token whose crit names
+		// an extension it does not understand, and we understand none.
+		return Claims{}, fmt.Errorf("%w: the header has crit, and no critical extension is supported", ErrInvalidToken)
+	}
+	lifetime := wc.ExpiresAt.Sub(v.now())
+	if wc.IssuedAt != nil {
+		lifetime = wc.ExpiresAt.Sub(wc.IssuedAt.Time)
+	}
+	if lifetime > MaxLifetime {
+		return Claims{}, fmt.Errorf("%w: valid for %s, longer than %s", ErrInvalidToken, lifetime.Round(time.Second), MaxLifetime)
 	}
 	if err := checkClaimKeys(token); err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
@@ -179,16 +198,24 @@ func (v *Verifier) verify(token string) (Claims, error) {
 		return Claims{}, fmt.Errorf("%w: sub claim missing or too long", ErrInvalidToken)
 	}
 	c := Claims{Subject: wc.Subject, Tenant: tenant, CrossTenant: wc.CrossTenant, ExpiresAt: wc.ExpiresAt.Time}
-	if wc.Scope != "" {
-		c.Scopes = strings.Fields(wc.Scope)
+	// scope is a list delimited by U+0020 (RFC 8693 4.2, RFC 6749 3.3),
+	// nothing else: strings.Fields also splits on U+00A0 and the like, so
+	// "read\u00a0admin", one scope to the signer, granted admin.
+	for _, s := range strings.Split(wc.Scope, " ") {
+		if s != "" {
+			c.Scopes = append(c.Scopes, s)
+		}
 	}
 	return c, nil
 }
 
-// Sign issues a token for c valid for ttl.
+// Sign issues a token for c valid for ttl, at most MaxLifetime.
 func Sign(secret []byte, c Claims, ttl time.Duration) (string, error) {
 	if len(secret) < MinSecretLen {
 		return "", fmt.Errorf("jwt secret must be at least %d bytes", MinSecretLen)
+	}
+	if ttl > MaxLifetime {
+		return "", fmt.Errorf("a token may be valid for at most %s, not %s", MaxLifetime, ttl)
 	}
 	if _, err := domain.ParseTenantID(string(c.Tenant)); err != nil {
 		return "", err

@@ -28,16 +28,23 @@ func tokenSeeds() []string {
 		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":9223372036854775808}`, secret),
 		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":1e19}`, secret),
 		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":null}`, secret),
-		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":4102444800,"exp":1}`, secret),
-		craft(hs256Header, `{"sub":"u","tenant":"acme","EXP":4102444800}`, secret),
-		craft(hs256Header, `{"sub":"u","tenant":"acme","Tenant":"other","exp":4102444800}`, secret),
-		craft(hs256Header, `{"sub":"u","tenant":"acme","tenant":"other","exp":4102444800}`, secret),
-		craft(hs256Header, `{"sub":"u","tenant":"ac\u0000me","exp":4102444800}`, secret),
-		craft(hs256Header, "{\"sub\":\"\xff\",\"tenant\":\"acme\",\"exp\":4102444800}", secret),
-		craft(hs256Header, `{"sub":["u"],"tenant":"acme","exp":4102444800}`, secret),
-		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":4102444800,"aud":1}`, secret),
-		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":4102444800}`+strings.Repeat(" ", 10)+`x`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":1780318800,"exp":1}`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","EXP":1780318800}`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","Tenant":"other","exp":1780318800}`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","tenant":"other","exp":1780318800}`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"ac\u0000me","exp":1780318800}`, secret),
+		craft(hs256Header, "{\"sub\":\"\xff\",\"tenant\":\"acme\",\"exp\":1780318800}", secret),
+		craft(hs256Header, `{"sub":["u"],"tenant":"acme","exp":1780318800}`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":1780318800,"aud":1}`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":1780318800}`+strings.Repeat(" ", 10)+`x`, secret),
 		craft(hs256Header, `[`+strings.Repeat(`[`, 2000)+strings.Repeat(`]`, 2000)+`]`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":4102444800}`, secret),          // valid for 74 years
+		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":1000000000000000000}`, secret), // and for ever
+		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":1780318800,"iat":1780318700}`, secret),
+		craft(hs256Header, `{"sub":"u","tenant":"acme","exp":1782907200,"iat":1780315200}`, secret),
+		craft(`{"alg":"HS256","crit":["b64"],"b64":false}`, claimsJSON(exp, ""), secret),
+		craft(hs256Header, claimsJSON(exp, `"scope":"read\u00a0admin"`), secret),
+		craft(hs256Header, claimsJSON(exp, `"scope":"read\u2003admin\u0085x"`), secret),
 	}
 }
 
@@ -58,10 +65,11 @@ func FuzzParse(f *testing.F) {
 // behind it.
 func FuzzParseSigned(f *testing.F) {
 	exp := now.Add(time.Hour)
-	for _, h := range []string{hs256Header, `{"alg":"none"}`, `{"alg":"HS256","alg":"none"}`, `{"alg":"HS384"}`, `{}`, `null`} {
+	for _, h := range []string{hs256Header, `{"alg":"none"}`, `{"alg":"HS256","alg":"none"}`, `{"alg":"HS384"}`, `{}`, `null`, `{"alg":"HS256","crit":["exp"]}`} {
 		for _, c := range []string{claimsJSON(exp, ""), claimsJSON(now.Add(-time.Hour), ""), claimsJSON(exp, `"scope":"admin","cross_tenant":true`),
-			`{"sub":"u","tenant":"acme"}`, `{"sub":"u","tenant":"acme","exp":1e400}`, `{"sub":"u","tenant":"A","exp":4102444800}`,
-			`{"sub":"u","tenant":"acme","exp":4102444800,"nbf":4102444800}`, `{"sub":"u","tenant":"acme","exp":1780315200.5}`} {
+			`{"sub":"u","tenant":"acme"}`, `{"sub":"u","tenant":"acme","exp":1e400}`, `{"sub":"u","tenant":"A","exp":1780318800}`,
+			`{"sub":"u","tenant":"acme","exp":1780318800,"nbf":1780318800}`, `{"sub":"u","tenant":"acme","exp":1780315200.5}`,
+			`{"sub":"u","tenant":"acme","exp":4102444800,"iat":4102444000}`, `{"sub":"u","tenant":"acme","exp":1780318800,"iat":1780315260,"scope":"a\u00a0admin"}`} {
 			for key := range uint8(3) {
 				f.Add(h, c, key)
 			}

@@ -113,6 +113,9 @@ func checkParse(t *testing.T, v *auth.Verifier, token string) (auth.Claims, bool
 	if err := json.Unmarshal(headerJSON, &header); err != nil || header["alg"] != "HS256" {
 		t.Fatalf("accepted %q with header %s (alg must be HS256): %v", token, headerJSON, err)
 	}
+	if _, ok := header["crit"]; ok {
+		t.Fatalf("accepted %q with header %s: crit names extensions we do not understand", token, headerJSON)
+	}
 	payloadJSON, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {
 		t.Fatalf("accepted %q with a payload that is not base64url: %v", token, err)
@@ -121,7 +124,9 @@ func checkParse(t *testing.T, v *auth.Verifier, token string) (auth.Claims, bool
 	// reads it too: case-insensitive keys, the last duplicate wins, a
 	// numeric string counts as a number; see the report on issue 6).
 	var payload struct {
-		Exp json.Number `json:"exp"`
+		Exp   json.Number `json:"exp"`
+		Iat   json.Number `json:"iat"`
+		Scope string      `json:"scope"`
 	}
 	if err := json.Unmarshal(payloadJSON, &payload); err != nil {
 		t.Fatalf("accepted %q with payload %s: %v", token, payloadJSON, err)
@@ -132,6 +137,26 @@ func checkParse(t *testing.T, v *auth.Verifier, token string) (auth.Claims, bool
 	}
 	if c.ExpiresAt.Before(now.Add(-leeway)) || math.Abs(float64(c.ExpiresAt.Unix())-exp) > 1 {
 		t.Fatalf("accepted claims expiring at %v; the token says %q", c.ExpiresAt, payload.Exp)
+	}
+	from := float64(now.Unix())
+	if payload.Iat != "" {
+		iat, err := payload.Iat.Float64()
+		if err != nil || iat > float64(now.Add(leeway).Unix())+1 {
+			t.Fatalf("accepted %q issued at %q, after %v", token, payload.Iat, now)
+		}
+		from = iat
+	}
+	if exp-from > auth.MaxLifetime.Seconds()+1 {
+		t.Fatalf("accepted %q valid for %.0f s, more than MaxLifetime", token, exp-from)
+	}
+	var scopes []string
+	for _, s := range strings.Split(payload.Scope, " ") {
+		if s != "" {
+			scopes = append(scopes, s)
+		}
+	}
+	if strings.Join(c.Scopes, "\x00") != strings.Join(scopes, "\x00") || len(c.Scopes) != len(scopes) {
+		t.Fatalf("accepted scope %q as %q; scopes are separated by U+0020 only", payload.Scope, c.Scopes)
 	}
 	if _, err := domain.ParseTenantID(string(c.Tenant)); err != nil {
 		t.Fatalf("accepted tenant %q", c.Tenant)
@@ -156,6 +181,18 @@ func TestParseAccepts(t *testing.T) {
 		{"scopes and cross tenant", craft(hs256Header, claimsJSON(now.Add(time.Hour), `"scope":"admin  read","cross_tenant":true`), secret),
 			auth.Claims{Subject: "user-1", Tenant: "acme", Scopes: []string{"admin", "read"}, CrossTenant: true, ExpiresAt: now.Add(time.Hour)}},
 		{"no typ", craft(`{"alg":"HS256"}`, claimsJSON(now.Add(time.Hour), ""), secret),
+			auth.Claims{Subject: "user-1", Tenant: "acme", ExpiresAt: now.Add(time.Hour)}},
+		// Scopes are separated by U+0020 only: to the signer, "read\u00a0admin"
+		// is one scope, and it is not admin.
+		{"scope with a no-break space", craft(hs256Header, claimsJSON(now.Add(time.Hour), `"scope":"read\u00a0admin"`), secret),
+			auth.Claims{Subject: "user-1", Tenant: "acme", Scopes: []string{"read\u00a0admin"}, ExpiresAt: now.Add(time.Hour)}},
+		{"scope with a tab and an ideographic space", craft(hs256Header, claimsJSON(now.Add(time.Hour), `"scope":" read\tadmin write\u3000admin "`), secret),
+			auth.Claims{Subject: "user-1", Tenant: "acme", Scopes: []string{"read\tadmin", "write\u3000admin"}, ExpiresAt: now.Add(time.Hour)}},
+		{"lifetime MaxLifetime from iat", craft(hs256Header, claimsJSON(now.Add(auth.MaxLifetime-time.Hour), fmt.Sprintf(`"iat":%d`, now.Add(-time.Hour).Unix())), secret),
+			auth.Claims{Subject: "user-1", Tenant: "acme", ExpiresAt: now.Add(auth.MaxLifetime - time.Hour)}},
+		{"no iat, exp MaxLifetime from now", craft(hs256Header, claimsJSON(now.Add(auth.MaxLifetime), ""), secret),
+			auth.Claims{Subject: "user-1", Tenant: "acme", ExpiresAt: now.Add(auth.MaxLifetime)}},
+		{"iat in the future within the leeway", craft(hs256Header, claimsJSON(now.Add(time.Hour), fmt.Sprintf(`"iat":%d`, now.Add(leeway-time.Second).Unix())), secret),
 			auth.Claims{Subject: "user-1", Tenant: "acme", ExpiresAt: now.Add(time.Hour)}},
 	} {
 		c, ok := checkParse(t, v, tc.token)
@@ -218,6 +255,14 @@ func TestParseRejects(t *testing.T) {
 		{"tenant a number", craft(hs256Header, fmt.Sprintf(`{"sub":"user-1","tenant":1,"exp":%d}`, exp.Unix()), secret)},
 		{"no subject", craft(hs256Header, fmt.Sprintf(`{"tenant":"acme","exp":%d}`, exp.Unix()), secret)},
 		{"subject too long", craft(hs256Header, fmt.Sprintf(`{"sub":"%s","tenant":"acme","exp":%d}`, strings.Repeat("u", 257), exp.Unix()), secret)},
+		{"exp 10^18", craft(hs256Header, `{"sub":"user-1","tenant":"acme","exp":1000000000000000000}`, secret)},
+		{"no iat, exp beyond MaxLifetime from now", craft(hs256Header, claimsJSON(now.Add(auth.MaxLifetime+time.Minute), ""), secret)},
+		{"exp beyond MaxLifetime from iat", craft(hs256Header, claimsJSON(exp, fmt.Sprintf(`"iat":%d`, exp.Add(-auth.MaxLifetime-time.Minute).Unix())), secret)},
+		{"iat in the future", craft(hs256Header, claimsJSON(exp, fmt.Sprintf(`"iat":%d`, now.Add(leeway+time.Second).Unix())), secret)},
+		{"iat far in the future, exp after it", craft(hs256Header, claimsJSON(now.Add(2*time.Hour), fmt.Sprintf(`"iat":%d`, now.Add(time.Hour).Unix())), secret)},
+		{"crit in the header", craft(`{"alg":"HS256","crit":["exp"]}`, claimsJSON(exp, ""), secret)},
+		{"empty crit in the header", craft(`{"alg":"HS256","crit":[]}`, claimsJSON(exp, ""), secret)},
+		{"crit null in the header", craft(`{"alg":"HS256","typ":"JWT","crit":null}`, claimsJSON(exp, ""), secret)},
 	} {
 		if c, ok := checkParse(t, v, tc.token); ok {
 			t.Errorf("%s: accepted as %#v", tc.name, c)
@@ -281,6 +326,12 @@ func TestSignAndNewVerifierRefuse(t *testing.T) {
 			t.Errorf("Sign %s: issued %q", tc.name, tok)
 		}
 	}
+	if tok, err := auth.Sign(secret, auth.Claims{Subject: "u", Tenant: "acme"}, auth.MaxLifetime+time.Second); err == nil {
+		t.Errorf("Sign issued %q for longer than MaxLifetime", tok)
+	}
+	if _, err := auth.Sign(secret, auth.Claims{Subject: "u", Tenant: "acme"}, auth.MaxLifetime); err != nil {
+		t.Errorf("Sign refused MaxLifetime: %v", err)
+	}
 }
 
 // Claims are read strictly: a signed token must not smuggle a second
@@ -291,18 +342,21 @@ func TestParseRejectsAmbiguousClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An expiry within MaxLifetime, so that only the ambiguity can refuse
+	// these.
+	exp := strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)
 	for _, payload := range []string{
-		`{"sub":"u","tenant":"acme","exp":4102444800,"Tenant":"other"}`,
-		`{"sub":"u","tenant":"acme","exp":1,"EXP":4102444800}`,
-		`{"sub":"u","tenant":"acme","tenant":"other","exp":4102444800}`,
-		`{"sub":"u","tenant":"acme","exp":"4102444800"}`,
+		`{"sub":"u","tenant":"acme","exp":` + exp + `,"Tenant":"other"}`,
+		`{"sub":"u","tenant":"acme","exp":1,"EXP":` + exp + `}`,
+		`{"sub":"u","tenant":"acme","tenant":"other","exp":` + exp + `}`,
+		`{"sub":"u","tenant":"acme","exp":"` + exp + `"}`,
 	} {
 		tok := signRaw(t, secret, payload)
 		if c, err := v.Parse(tok); err == nil {
 			t.Errorf("accepted %s as tenant %q", payload, c.Tenant)
 		}
 	}
-	if _, err := v.Parse(signRaw(t, secret, `{"sub":"u","tenant":"acme","exp":4102444800}`)); err != nil {
+	if _, err := v.Parse(signRaw(t, secret, `{"sub":"u","tenant":"acme","exp":`+exp+`}`)); err != nil {
 		t.Fatalf("a plain token was refused: %v", err)
 	}
 }

@@ -47,7 +47,8 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // exactly one JSON object; no unknown, duplicate or case-variant keys
 // (encoding/json alone would accept "Customer_ID" for "customer_id" and
 // keep the last of duplicate keys); no trailing data; matching types;
-// valid UTF-8 (encoding/json alone would silently replace invalid bytes);
+// valid UTF-8 and no lone surrogate escape (encoding/json alone would
+// silently replace either with U+FFFD);
 // no U+0000 in strings (PostgreSQL cannot store it); at most maxValues
 // values.
 // Every failure is a 400, 413 or 415 *Error.
@@ -67,6 +68,9 @@ func DecodeStrict(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body is not valid UTF-8")
 	}
+	if hasLoneSurrogate(body) {
+		return Errorf(http.StatusBadRequest, CodeInvalidRequest, `request body has a lone surrogate escape (\ud800-\udfff not in a pair), which is not valid UTF-16 or UTF-8`)
+	}
 	if err := checkKeys(body, reflect.TypeOf(dst)); err != nil {
 		return err
 	}
@@ -79,6 +83,70 @@ func DecodeStrict(body []byte, dst any) error {
 		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// hasLoneSurrogate reports whether body has a \uXXXX escape of a UTF-16
+// surrogate that is not half of a pair (a high one followed at once by an
+// escaped low one). encoding/json decodes such an escape to U+FFFD, so
+// "a\ud800" would be stored as "a\ufffd": the client's text silently
+// changed, as invalid UTF-8 would be. Backslashes occur only inside strings
+// in valid JSON, and an escaped backslash is skipped whole, so scanning the
+// escapes of the raw body is exact; anything else is a syntax error that
+// the decoder reports.
+func hasLoneSurrogate(body []byte) bool {
+	for i := 0; ; {
+		j := bytes.IndexByte(body[i:], '\\')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if i+1 >= len(body) {
+			return false
+		}
+		if body[i+1] != 'u' {
+			i += 2 // \", \\, \n, ...: one escaped character
+			continue
+		}
+		r, ok := hex4(body, i+2)
+		if !ok {
+			return false // malformed: the decoder's syntax error
+		}
+		i += 6
+		switch {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true // a low surrogate with no high one before it
+		case r >= 0xd800 && r <= 0xdbff:
+			if i+1 >= len(body) || body[i] != '\\' || body[i+1] != 'u' {
+				return true
+			}
+			lo, ok := hex4(body, i+2)
+			if !ok || lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 6
+		}
+	}
+}
+
+// hex4 parses the four hex digits at body[i:i+4].
+func hex4(body []byte, i int) (rune, bool) {
+	if i+4 > len(body) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range body[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func badJSON(err error) error {

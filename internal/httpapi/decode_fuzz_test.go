@@ -150,6 +150,17 @@ func TestDecodeStrictSeeds(t *testing.T) {
 		{`{"attrs":{"k\u0000":"v"}}`, "NUL character"},
 		{`{"any":["\u0000"]}`, "NUL character"},
 		{`{"name":"a\\u0000b"}`, ""}, // an escaped backslash, then text
+		{`{"name":"a\ud800"}`, "lone surrogate"},
+		{`{"name":"\udc00a"}`, "lone surrogate"},
+		{`{"name":"\uDBFF\u0041"}`, "lone surrogate"},
+		{`{"name":"\ud800\\udc00"}`, "lone surrogate"}, // then an escaped backslash, not an escape
+		{`{"name":"\ud83d\ud83d"}`, "lone surrogate"},
+		{`{"attrs":{"\ud800":"v"}}`, "lone surrogate"},
+		{`{"any":["\ude00"]}`, "lone surrogate"},
+		{`{"name":"\ud83d\ude00"}`, ""}, // a pair: U+1F600
+		{`{"name":"\uD83D\uDE00\uFFFD"}`, ""},
+		{`{"name":"\\ud800"}`, ""},          // an escaped backslash, then text
+		{"{\"name\":\"\xef\xbf\xbd\"}", ""}, // U+FFFD itself is fine
 		{``, "empty"},
 		{`null`, "must be a JSON object"},
 		{`[]`, "must be a JSON object"},

@@ -100,6 +100,12 @@ func Recover(next http.Handler) http.Handler {
 func Authenticate(v *auth.Verifier) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if len(r.Header.Values("Authorization")) > 1 {
+				// Which one counts would be this server's guess, and a proxy
+				// or another service in front may guess differently.
+				WriteError(w, r, Errorf(http.StatusBadRequest, CodeInvalidRequest, "send one Authorization header"))
+				return
+			}
 			scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 			if !ok || !strings.EqualFold(scheme, "Bearer") {
 				unauthenticated(w, r, "a bearer token is required")

@@ -22,7 +22,8 @@
 // PostgreSQL refuses to run as root. When this process is root, initdb,
 // pg_ctl and postgres are run as the OS user "postgres", the directories that
 // pgembed creates are chowned to it, and every parent of the data directory
-// must be traversable by it (checked up front, with a clear error).
+// must be traversable by it (checked up front, with a clear error; a caller
+// that chooses the directory can ask Reachable first and choose another).
 //
 // A freshly initialised cluster is cached (initdb output only, never a cluster
 // that has been started) in $XDG_CACHE_HOME/strata-pg-template-<major>, or
@@ -212,6 +213,40 @@ func newServer(cfg Config) (*Server, error) {
 		s.sockDir = dir
 	}
 	return s, nil
+}
+
+// Reachable reports whether dir can be the data directory of a server
+// started by this process: nil unless this process is root and the postgres
+// OS user cannot traverse one of dir's existing parents (a checkout under
+// /root, or in any directory of mode 0700), in which case the error is the
+// one Start would return.
+func Reachable(dir string) error {
+	owner, err := currentOwner()
+	if err != nil || owner == nil {
+		return err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("pgembed: data directory: %w", err)
+	}
+	return owner.checkTraverse(filepath.Dir(abs), "the data directory "+abs)
+}
+
+// StopDaemon stops a Daemon-mode server running on cfg.DataDir (fast
+// shutdown) and waits until it is gone; no server there is no error. It
+// starts nothing, so it suits a reset that is about to delete the directory.
+func StopDaemon(ctx context.Context, cfg Config) error {
+	cfg.Mode = Daemon
+	s, err := newServer(cfg)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pf, err := readPidFile(s.cfg.DataDir); err == nil {
+		s.port.Store(int32(pf.port)) // for the log line
+	}
+	return s.stopDaemon(ctx, "fast")
 }
 
 // URL returns a superuser URL to the "postgres" database:

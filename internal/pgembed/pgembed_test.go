@@ -430,6 +430,13 @@ func TestStartErrors(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 		t.Logf("error, as expected: %v", err)
+		// Reachable tells a caller the same before it starts anything.
+		if rerr := Reachable(filepath.Join(private, "x", "data")); rerr == nil || rerr.Error() != err.Error() {
+			t.Fatalf("Reachable = %v, Start said %v", rerr, err)
+		}
+		if rerr := Reachable(filepath.Join(testDir(t), "x", "data")); rerr != nil {
+			t.Fatalf("Reachable of a traversable directory: %v", rerr)
+		}
 	})
 	t.Run("port setting", func(t *testing.T) {
 		_, err := Start(ctx, Config{DataDir: testDir(t), Settings: map[string]string{"port": "1"}})

@@ -23,7 +23,10 @@ type CustomerSummaryTables struct {
 // CustomerSummaries counts each customer's orders and open orders (draft or
 // placed) and sums what they paid per currency. The counters are
 // increments: they are exactly right because each event's increment
-// commits together with the checkpoint, once.
+// commits together with the checkpoint, once. A paid total is a numeric
+// column and every sum is PostgreSQL's (sum of bigint is numeric): one
+// order's amount fits an int64, a customer's sum over orders need not, and
+// both paths must add it exactly (migration 006).
 type CustomerSummaries struct {
 	tables                                       CustomerSummaryTables
 	create, pay, cancel                          string
@@ -55,7 +58,7 @@ closed AS (
     UPDATE %[1]s s SET open_orders = s.open_orders - 1 FROM o
     WHERE s.tenant_id = $1 AND s.customer_id = o.customer_id)
 INSERT INTO %[2]s AS p (tenant_id, customer_id, currency, amount)
-SELECT $1, o.customer_id, $3, $4 FROM o
+SELECT $1, o.customer_id, $3, $4::bigint FROM o
 ON CONFLICT (tenant_id, customer_id, currency) DO UPDATE SET amount = p.amount + EXCLUDED.amount`, s, p, o),
 		cancel: fmt.Sprintf(`UPDATE %[1]s s SET open_orders = s.open_orders - 1 FROM %[2]s o
 WHERE o.tenant_id = $1 AND o.order_id = $2 AND s.tenant_id = $1 AND s.customer_id = o.customer_id`, s, o),

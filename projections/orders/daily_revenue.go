@@ -20,7 +20,10 @@ type DailyRevenueTables struct {
 }
 
 // DailyRevenue sums paid orders per tenant, UTC day of payment and
-// currency: amount and number of orders.
+// currency: amount and number of orders. The amount is a numeric column,
+// added up by PostgreSQL on both paths, so that a day's revenue is exact
+// whatever it adds up to (one order fits an int64, a day need not;
+// migration 006).
 type DailyRevenue struct {
 	tables        DailyRevenueTables
 	pay, payBatch string
@@ -33,10 +36,13 @@ func NewDailyRevenue(t DailyRevenueTables) *DailyRevenue {
 	}
 	return &DailyRevenue{
 		tables: t,
-		pay: fmt.Sprintf(`INSERT INTO %s AS r (tenant_id, day, currency, amount, orders) VALUES ($1, $2, $3, $4, 1)
+		pay: fmt.Sprintf(`INSERT INTO %s AS r (tenant_id, day, currency, amount, orders) VALUES ($1, $2, $3, $4::bigint, 1)
 ON CONFLICT (tenant_id, day, currency) DO UPDATE SET amount = r.amount + EXCLUDED.amount, orders = r.orders + 1`, projections.Ident(t.Days)),
+		// The batch's sums are PostgreSQL's too (sum of bigint is numeric),
+		// not Go's: an int64 sum of two maximal orders wraps around.
 		payBatch: fmt.Sprintf(`INSERT INTO %s AS r (tenant_id, day, currency, amount, orders)
-SELECT $1, u.day, u.currency, u.amount, u.orders FROM unnest($2::date[], $3::text[], $4::bigint[], $5::bigint[]) AS u(day, currency, amount, orders)
+SELECT $1, u.day, u.currency, sum(u.amount), count(*) FROM unnest($2::date[], $3::text[], $4::bigint[]) AS u(day, currency, amount)
+GROUP BY u.day, u.currency
 ON CONFLICT (tenant_id, day, currency) DO UPDATE SET amount = r.amount + EXCLUDED.amount, orders = r.orders + EXCLUDED.orders`, projections.Ident(t.Days)),
 	}
 }
@@ -66,14 +72,9 @@ func (p *DailyRevenue) Apply(b *pgx.Batch, ev projections.Event) error {
 }
 
 // ApplyBatch implements BatchProjection: one upsert of the batch's sums
-// per day and currency.
+// per day and currency, grouped and added by PostgreSQL.
 func (p *DailyRevenue) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
-	type key struct {
-		day      time.Time
-		currency string
-	}
-	sums := map[key]*[2]int64{}
-	var keys []key
+	days, currencies, amounts := make([]time.Time, 0, len(evs)), make([]string, 0, len(evs)), make([]int64, 0, len(evs))
 	for _, ev := range evs {
 		e, ok := ev.Payload.(order.Paid)
 		if !ok {
@@ -83,23 +84,12 @@ func (p *DailyRevenue) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 			return err
 		}
 		at := e.At.UTC()
-		k := key{time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), e.Amount.Currency}
-		s := sums[k]
-		if s == nil {
-			s = new([2]int64)
-			sums[k] = s
-			keys = append(keys, k)
-		}
-		s[0] += e.Amount.Amount
-		s[1]++
+		days = append(days, time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC))
+		currencies, amounts = append(currencies, e.Amount.Currency), append(amounts, e.Amount.Amount)
 	}
-	if len(keys) == 0 {
+	if len(days) == 0 {
 		return nil
 	}
-	days, currencies, amounts, orders := make([]time.Time, len(keys)), make([]string, len(keys)), make([]int64, len(keys)), make([]int64, len(keys))
-	for i, k := range keys {
-		days[i], currencies[i], amounts[i], orders[i] = k.day, k.currency, sums[k][0], sums[k][1]
-	}
-	b.Queue(p.payBatch, evs[0].Tenant, days, currencies, amounts, orders)
+	b.Queue(p.payBatch, evs[0].Tenant, days, currencies, amounts)
 	return nil
 }

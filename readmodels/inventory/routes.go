@@ -7,9 +7,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/gorilla/mux"
-
-	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/httpapi"
 	projinventory "github.com/strata-es/strata/projections/inventory"
 	"github.com/strata-es/strata/readmodels"
 	"github.com/strata-es/strata/readmodels/queryapi"
@@ -53,8 +51,8 @@ type itemsJSON struct {
 }
 
 func (m *Reader) item(r *http.Request, _ url.Values) (queryapi.Read, error) {
-	sku := mux.Vars(r)["sku"]
-	if err := domain.ValidateEntityID("sku", sku); err != nil {
+	sku, err := httpapi.PathID(r, "sku", "sku")
+	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) (any, error) {

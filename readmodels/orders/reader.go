@@ -3,6 +3,7 @@ package orders
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"strings"
 	"time"
 
@@ -22,6 +23,15 @@ var (
 // Money is an amount in minor units of a currency.
 type Money struct {
 	Amount   int64
+	Currency string
+}
+
+// Sum is an amount in minor units of a currency added up over orders (a
+// customer's paid total, a day's revenue). One order's amount fits an
+// int64; a sum over orders need not, so the read model keeps it as
+// numeric and it is read exactly, at any size. Amount is never nil.
+type Sum struct {
+	Amount   *big.Int
 	Currency string
 }
 
@@ -76,15 +86,15 @@ const MaxLimit = 200
 type CustomerSummary struct {
 	CustomerID string
 	Orders     int64
-	OpenOrders int64   // draft or placed
-	PaidTotal  []Money // per currency, sorted by currency
+	OpenOrders int64 // draft or placed
+	PaidTotal  []Sum // per currency, sorted by currency
 }
 
 // RevenueDay is what paid orders brought in on one UTC day in one currency.
 type RevenueDay struct {
 	Day      time.Time // midnight UTC
 	Currency string
-	Amount   int64
+	Amount   *big.Int // exact: a numeric sum over the day's orders, never nil
 	Orders   int64
 }
 
@@ -201,23 +211,26 @@ ORDER BY created_at DESC, order_id DESC LIMIT ` + arg(f.Limit+1)
 // CustomerSummary returns a customer's counters. A customer without orders
 // is not found. Errors: ErrCustomerNotFound.
 func (r *Reader) CustomerSummary(ctx context.Context, customerID string) (CustomerSummary, error) {
-	s := CustomerSummary{CustomerID: customerID, PaidTotal: []Money{}}
+	s := CustomerSummary{CustomerID: customerID, PaidTotal: []Sum{}}
 	found := false
 	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
-		b.Queue(`SELECT s.orders, s.open_orders, p.currency, p.amount
+		b.Queue(`SELECT s.orders, s.open_orders, p.currency, p.amount::text
 FROM customer_summaries s
 LEFT JOIN customer_paid_totals p ON p.tenant_id = s.tenant_id AND p.customer_id = s.customer_id
 WHERE s.tenant_id = $1 AND s.customer_id = $2
 ORDER BY p.currency`, readmodels.TenantOf(ctx), customerID).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				var currency *string
-				var amount *int64
+				var currency, amount *string
 				if err := rows.Scan(&s.Orders, &s.OpenOrders, &currency, &amount); err != nil {
 					return err
 				}
 				found = true
 				if currency != nil {
-					s.PaidTotal = append(s.PaidTotal, Money{*amount, *currency})
+					n, err := parseSum(*amount)
+					if err != nil {
+						return err
+					}
+					s.PaidTotal = append(s.PaidTotal, Sum{n, *currency})
 				}
 			}
 			return rows.Err()
@@ -237,14 +250,20 @@ ORDER BY p.currency`, readmodels.TenantOf(ctx), customerID).Query(func(rows pgx.
 func (r *Reader) DailyRevenue(ctx context.Context, from, to time.Time) ([]RevenueDay, error) {
 	days := []RevenueDay{}
 	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
-		b.Queue(`SELECT day, currency, amount, orders FROM daily_revenue
+		b.Queue(`SELECT day, currency, amount::text, orders FROM daily_revenue
 WHERE tenant_id = $1 AND day BETWEEN $2 AND $3
 ORDER BY day, currency`, readmodels.TenantOf(ctx), dateOnly(from), dateOnly(to)).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var d RevenueDay
-				if err := rows.Scan(&d.Day, &d.Currency, &d.Amount, &d.Orders); err != nil {
+				var amount string
+				if err := rows.Scan(&d.Day, &d.Currency, &amount, &d.Orders); err != nil {
 					return err
 				}
+				n, err := parseSum(amount)
+				if err != nil {
+					return err
+				}
+				d.Amount = n
 				d.Day = dateOnly(d.Day)
 				days = append(days, d)
 			}
@@ -255,6 +274,16 @@ ORDER BY day, currency`, readmodels.TenantOf(ctx), dateOnly(from), dateOnly(to))
 		return nil, fmt.Errorf("read daily revenue: %w", err)
 	}
 	return days, nil
+}
+
+// parseSum reads a numeric sum in its text form. The projections add only
+// whole minor units, so anything but an integer is a corrupt row.
+func parseSum(text string) (*big.Int, error) {
+	n, ok := new(big.Int).SetString(text, 10)
+	if !ok {
+		return nil, fmt.Errorf("sum %q is not an integer amount", text)
+	}
+	return n, nil
 }
 
 func dateOnly(t time.Time) time.Time {

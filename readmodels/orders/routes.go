@@ -3,6 +3,7 @@ package orders
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -10,10 +11,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gorilla/mux"
-
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/internal/httpapi"
 	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
 	"github.com/strata-es/strata/readmodels/queryapi"
@@ -50,6 +50,17 @@ type moneyJSON struct {
 
 func money(m Money) moneyJSON { return moneyJSON{m.Amount, m.Currency} }
 
+// sumJSON renders a sum over orders. *big.Int marshals as a JSON integer
+// with every digit, so the shape is the same as moneyJSON's and a sum that
+// fits an int64 reads exactly as before; a larger one (possible: each order
+// may reach the int64 maximum) stays exact in the JSON text instead of
+// wrapping or turning into a string. Clients that read numbers into int64
+// or float64 must decode it as an arbitrary-precision integer.
+type sumJSON struct {
+	Amount   *big.Int `json:"amount"`
+	Currency string   `json:"currency"`
+}
+
 type lineJSON struct {
 	ProductID string    `json:"product_id"`
 	Quantity  int64     `json:"quantity"`
@@ -72,8 +83,8 @@ type orderJSON struct {
 }
 
 func (m *Reader) order(r *http.Request, _ url.Values) (queryapi.Read, error) {
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("order id", id); err != nil {
+	id, err := httpapi.PathID(r, "id", "order id")
+	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) (any, error) {
@@ -159,15 +170,15 @@ func (m *Reader) orders(_ *http.Request, q url.Values) (queryapi.Read, error) {
 }
 
 type customerSummaryJSON struct {
-	CustomerID string      `json:"customer_id"`
-	Orders     int64       `json:"orders"`
-	OpenOrders int64       `json:"open_orders"`
-	PaidTotal  []moneyJSON `json:"paid_total"`
+	CustomerID string    `json:"customer_id"`
+	Orders     int64     `json:"orders"`
+	OpenOrders int64     `json:"open_orders"`
+	PaidTotal  []sumJSON `json:"paid_total"`
 }
 
 func (m *Reader) customerSummary(r *http.Request, _ url.Values) (queryapi.Read, error) {
-	id := mux.Vars(r)["id"]
-	if err := domain.ValidateEntityID("customer id", id); err != nil {
+	id, err := httpapi.PathID(r, "id", "customer id")
+	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) (any, error) {
@@ -175,19 +186,19 @@ func (m *Reader) customerSummary(r *http.Request, _ url.Values) (queryapi.Read, 
 		if err != nil {
 			return nil, err
 		}
-		out := customerSummaryJSON{CustomerID: s.CustomerID, Orders: s.Orders, OpenOrders: s.OpenOrders, PaidTotal: make([]moneyJSON, 0, len(s.PaidTotal))}
+		out := customerSummaryJSON{CustomerID: s.CustomerID, Orders: s.Orders, OpenOrders: s.OpenOrders, PaidTotal: make([]sumJSON, 0, len(s.PaidTotal))}
 		for _, m := range s.PaidTotal {
-			out.PaidTotal = append(out.PaidTotal, money(m))
+			out.PaidTotal = append(out.PaidTotal, sumJSON{m.Amount, m.Currency})
 		}
 		return out, nil
 	}, nil
 }
 
 type revenueDayJSON struct {
-	Date     string `json:"date"`
-	Currency string `json:"currency"`
-	Amount   int64  `json:"amount"`
-	Orders   int64  `json:"orders"`
+	Date     string   `json:"date"`
+	Currency string   `json:"currency"`
+	Amount   *big.Int `json:"amount"` // a sum over orders: see sumJSON
+	Orders   int64    `json:"orders"`
 }
 
 type revenueJSON struct {

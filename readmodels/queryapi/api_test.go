@@ -93,7 +93,7 @@ func setup(t *testing.T, o bundleOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.router = mux.NewRouter()
+	b.router = mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
 	b.router.NotFoundHandler = httpapi.NotFound()
 	b.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	api := b.router.NewRoute().Subrouter()

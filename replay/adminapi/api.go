@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -233,7 +235,7 @@ func (a *API) projection(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name := mux.Vars(r)["name"]
+	name := projectionName(r)
 	var list []replay.Status
 	if c.all {
 		list, err = a.svc.Status(r.Context())
@@ -314,7 +316,8 @@ func decodeOptional(w http.ResponseWriter, r *http.Request, dst any) error {
 
 // startRebuild starts a rebuild of one projection in the background: of
 // the caller's tenant, or of every tenant with scope=all. A dry run
-// answers the plan at once. 202 with the job; 409 when one runs already.
+// answers the plan at once. 202 with the job; 409 busy when one of the
+// same slot runs already, or another the plan shows stands in the way.
 func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 	q, err := params(r, "scope")
 	if err != nil {
@@ -330,7 +333,7 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name := mux.Vars(r)["name"]
+	name := projectionName(r)
 	o := replay.RebuildOptions{Projections: []string{name}, Tenant: c.tenant, Actor: c.actor()}
 	if req.From != "" {
 		pos, err := event.ParseToken(req.From)
@@ -349,9 +352,19 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, planView(plan, c))
 		return
 	}
-	if _, err := a.svc.Plan(r.Context(), o); err != nil { // validate before starting
+	// Validate before starting, and answer a conflict the plan already
+	// shows (a rebuild of the same slot running, an operator's rebuild of
+	// every tenant in progress) now, not as a failed job later.
+	plan, err := a.svc.Plan(r.Context(), o)
+	if err != nil {
 		fail(w, r, err)
 		return
+	}
+	for _, p := range plan.Projections {
+		if p.Conflict != "" {
+			fail(w, r, fmt.Errorf("%w: %s", replay.ErrBusy, p.Conflict))
+			return
+		}
 	}
 	key := jobKey{name, c.tenant}
 	a.mu.Lock()
@@ -377,6 +390,10 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 		now := time.Now().UTC()
 		j.view.EndedAt, j.finished = &now, true
 		if err != nil {
+			// The job shows a summary and points at the server log: the
+			// details (database text, names of tables) go there.
+			a.svc.Logger().Error("rebuild started over HTTP failed", "projection", name, "scope", scopeName(o), "tenant", o.Tenant,
+				"actor", o.Actor, "error", err.Error())
 			j.view.State, j.view.Error = "failed", publicError(err)
 			return
 		}
@@ -448,7 +465,7 @@ func (a *API) rebuildStatus(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v := a.jobView(mux.Vars(r)["name"], c)
+	v := a.jobView(projectionName(r), c)
 	if v == nil {
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusNotFound, httpapi.CodeNotFound, "no rebuild of this projection was started here"))
 		return
@@ -511,7 +528,9 @@ func timePtr(t time.Time) *time.Time {
 	return &u
 }
 
-// LetterView renders a dead letter (the CLI's --json uses it too).
+// LetterView renders a dead letter with its full error text, for operators
+// (the CLI's --json and the cross-tenant view); a tenant's view goes
+// through letterView.
 func LetterView(l projections.DeadLetter) Letter {
 	data := l.Event.Data
 	if len(data) == 0 {
@@ -523,6 +542,41 @@ func LetterView(l projections.DeadLetter) Letter {
 		FirstFailedAt: timePtr(l.FirstFailedAt), LastFailedAt: timePtr(l.LastFailedAt), NextAttemptAt: timePtr(l.NextAttemptAt),
 		Head: l.Head, Status: string(l.Status), ParkedAt: l.ParkedAt.UTC(), ResolvedAt: timePtr(l.ResolvedAt),
 		ResolvedBy: l.ResolvedBy, Reason: l.Reason}
+}
+
+// tenantLetterError replaces a dead letter's error in a tenant's view when
+// it holds PostgreSQL's text (e.g. "ERROR: bigint out of range (SQLSTATE
+// 22003)"): database error text never reaches a client (ARCHITECTURE
+// decision 3), and it can name tables, constraints and values. The
+// SQLSTATE code stays, so that the tenant can tell one failure from
+// another; the cross-tenant view and `strata replay dlq show` keep the
+// full text. Errors of the projection's own code (a missing row, an
+// unexpected event, a consumer's reason) carry no database text and are
+// shown as they are, as before.
+const tenantLetterError = "the projection's database statement failed on this event%s; the details are in the cross-tenant view and `strata replay dlq show`"
+
+// sqlState finds the code pgconn.PgError.Error() ends its text with.
+var sqlState = regexp.MustCompile(`\(SQLSTATE ([0-9A-Z]{5})\)`)
+
+// publicLetterError is a letter's error as a tenant's view shows it.
+func publicLetterError(text string) string {
+	if !strings.Contains(text, "SQLSTATE") {
+		return text
+	}
+	code := ""
+	if m := sqlState.FindStringSubmatch(text); m != nil {
+		code = " (SQLSTATE " + m[1] + ")"
+	}
+	return fmt.Sprintf(tenantLetterError, code)
+}
+
+// letterView renders a letter for c: sanitized unless c sees every tenant.
+func letterView(l projections.DeadLetter, c caller) Letter {
+	v := LetterView(l)
+	if !c.all {
+		v.Error = publicLetterError(v.Error)
+	}
+	return v
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
@@ -562,9 +616,20 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]Letter, 0, len(letters))
 	for _, l := range letters {
-		out = append(out, LetterView(l))
+		out = append(out, letterView(l, c))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"scope": map[bool]string{true: "all", false: "tenant"}[c.all], "dead_letters": out})
+}
+
+// projectionName is the {name} of a projection route, decoded once (the
+// router matches on the escaped path). A malformed escape, which net/http
+// refuses before routing anyway, is left as it is: it names no projection.
+func projectionName(r *http.Request) string {
+	name, err := httpapi.PathVar(r, "name")
+	if err != nil {
+		return mux.Vars(r)["name"]
+	}
+	return name
 }
 
 func letterIDOf(r *http.Request) (int64, error) {
@@ -595,7 +660,7 @@ func (a *API) show(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, LetterView(l))
+	httpapi.WriteJSON(w, http.StatusOK, letterView(l, c))
 }
 
 // RetriedStream is one stream of a retry's answer.
@@ -609,7 +674,7 @@ type RetriedStream struct {
 	NextAttemptAt *time.Time `json:"next_attempt_at"`
 }
 
-func retryView(rep replay.RetryReport) map[string]any {
+func retryView(rep replay.RetryReport, c caller) map[string]any {
 	out := []RetriedStream{}
 	for _, s := range rep.Streams {
 		v := RetriedStream{Projection: s.Projection, Tenant: s.Tenant, Stream: s.Stream, Applied: s.Applied, Unparked: s.Unparked,
@@ -618,7 +683,7 @@ func retryView(rep replay.RetryReport) map[string]any {
 			v.Applied = []int64{}
 		}
 		if s.Failed != nil {
-			f := LetterView(*s.Failed)
+			f := letterView(*s.Failed, c)
 			v.Failed = &f
 		}
 		out = append(out, v)
@@ -648,7 +713,7 @@ func (a *API) retryOne(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, retryView(rep))
+	httpapi.WriteJSON(w, http.StatusOK, retryView(rep, c))
 }
 
 type retryRequest struct {
@@ -687,7 +752,7 @@ func (a *API) retryMany(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, retryView(rep))
+	httpapi.WriteJSON(w, http.StatusOK, retryView(rep, c))
 }
 
 type discardRequest struct {
@@ -724,5 +789,5 @@ func (a *API) discard(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, LetterView(l))
+	httpapi.WriteJSON(w, http.StatusOK, letterView(l, c))
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,7 +120,7 @@ VALUES ($1, 'order-ok', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := mux.NewRouter()
+	router := mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
 	api := router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
 	reader := readmodels.NewDB(d.App)
@@ -291,4 +293,217 @@ func lastPos(ctx context.Context, t *testing.T, conn *pgx.Conn) event.Position {
 	}
 	p.Minor = uint64(pos)
 	return p
+}
+
+// TestTenantViewHidesDatabaseErrors: a dead letter whose error is
+// PostgreSQL's text (here a CHECK violation naming the table and its
+// constraint) is shown to the tenant sanitized, in the list, the letter,
+// a retry's answer and a discard's, keeping only the SQLSTATE; the
+// cross-tenant view and the CLI's rendering keep the full text.
+func TestTenantViewHidesDatabaseErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := testdb.New(t, projorders.Migrations)
+	conn, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// A line of quantity 0 (no command makes one): order_details' insert
+	// breaks the CHECK (quantity > 0) of order_detail_lines.
+	if _, err := conn.Exec(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+VALUES ('acme', 'order-o-1', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"o-1","customer_id":"c-1","currency":"EUR","at":"2026-01-01T00:00:00Z"}', '{}'),
+       ('acme', 'order-o-1', 2, gen_random_uuid(), 'order.line_added', 2,
+        '{"order_id":"o-1","product_id":"p-1","quantity":0,"unit_price":{"amount":100,"currency":"EUR"},"at":"2026-01-01T00:00:00Z"}', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	store := postgres.New(d.App, d.Projector)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, err := projections.NewRunner(projorders.NewOrderDetails(projorders.OrderDetailsTables{}), store, d.Projector,
+		projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, PerEvent: true, Failures: projections.FailurePolicy{Attempts: 1}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CatchUp(ctx, lastPos(ctx, t, conn)); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := mux.NewRouter()
+	api := router.NewRoute().Subrouter()
+	api.Use(httpapi.Authenticate(verifier))
+	adminapi.New(svc, func(context.Context, adminapi.Audit) error { return nil }, ctx).Register(api)
+	srv := httptest.NewServer(httpapi.WithRequestID(httpapi.Recover(router)))
+	defer srv.Close()
+	e := env{t: t, url: srv.URL, d: d}
+	acme := token(t, "acme", []string{auth.ScopeAdmin}, false)
+	ops := token(t, "acme", []string{auth.ScopeAdmin}, true)
+
+	const want = "the projection's database statement failed on this event (SQLSTATE 23514); the details are in the cross-tenant view and `strata replay dlq show`"
+	leaks := func(where string, l map[string]any) {
+		t.Helper()
+		msg, _ := l["error"].(string)
+		if msg != want {
+			t.Errorf("%s: error %q, want %q", where, msg, want)
+		}
+	}
+	status, body := e.call(acme, http.MethodGet, "/v1/admin/dead-letters", nil)
+	list, _ := body["dead_letters"].([]any)
+	if status != http.StatusOK || len(list) != 1 {
+		t.Fatalf("acme's letters: %d %v", status, body)
+	}
+	l := list[0].(map[string]any)
+	leaks("list", l)
+	id := strconv.Itoa(int(l["id"].(float64)))
+	_, body = e.call(acme, http.MethodGet, "/v1/admin/dead-letters/"+id, nil)
+	leaks("show", body)
+	status, body = e.call(acme, http.MethodPost, "/v1/admin/dead-letters/"+id+"/retry", nil)
+	streams, _ := body["streams"].([]any)
+	if status != http.StatusOK || len(streams) != 1 {
+		t.Fatalf("retry: %d %v", status, body)
+	}
+	failed, _ := streams[0].(map[string]any)["failed"].(map[string]any)
+	leaks("retry", failed)
+
+	// The operator's views keep PostgreSQL's text.
+	_, body = e.call(ops, http.MethodGet, "/v1/admin/dead-letters/"+id+"?scope=all", nil)
+	if msg, _ := body["error"].(string); !strings.Contains(msg, "order_detail_lines") || !strings.Contains(msg, "SQLSTATE 23514") {
+		t.Errorf("cross-tenant show: error %q, want the full text", msg)
+	}
+	letters, err := svc.DeadLetters(ctx, replay.ListOptions{Tenant: "acme"})
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("letters: %v %v", letters, err)
+	}
+	if v := adminapi.LetterView(letters[0]); !strings.Contains(v.Error, "order_detail_lines") {
+		t.Errorf("LetterView (the CLI's rendering): error %q, want the full text", v.Error)
+	}
+
+	status, body = e.call(acme, http.MethodPost, "/v1/admin/dead-letters/"+id+"/discard", map[string]any{"reason": "a line of nothing"})
+	if status != http.StatusOK {
+		t.Fatalf("discard: %d %v", status, body)
+	}
+	leaks("discard", body)
+}
+
+// lockedBuffer collects log lines written from background rebuilds.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// TestRebuildConflictsAnsweredAtOnce: a tenant's rebuild that the plan
+// already refuses (an operator's rebuild of every tenant is interrupted)
+// is answered 409 at once, naming no tenant, instead of 202 and a failed
+// job; and a job that fails in the background logs why.
+func TestRebuildConflictsAnsweredAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := testdb.New(t, projorders.Migrations)
+	conn, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, tenant := range []string{"acme", "beta"} {
+		if _, err := conn.Exec(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+VALUES ($1, 'order-o-1', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"o-1","customer_id":"c-1","currency":"EUR","at":"2026-01-01T00:00:00Z"}', '{}')`, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := postgres.New(d.App, d.Projector)
+	logs := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: store, Logger: logger, YieldTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The operator's rebuild of order_details, interrupted as soon as its
+	// shadow exists.
+	rctx, stop := context.WithCancel(ctx)
+	_, err = svc.Rebuild(rctx, replay.RebuildOptions{Projections: []string{projorders.OrderDetailsName}, ProgressEvery: time.Nanosecond,
+		Progress: func(replay.Progress) { stop() }})
+	stop()
+	if err == nil {
+		t.Fatal("the operator's rebuild was not interrupted")
+	}
+	if st, err := svc.Status(ctx); err != nil || st[0].Rebuild == nil || st[0].Rebuild.Scope != "all" {
+		t.Fatalf("status after the interruption: %v %v", st, err)
+	}
+
+	verifier, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := mux.NewRouter()
+	api := router.NewRoute().Subrouter()
+	api.Use(httpapi.Authenticate(verifier))
+	adminapi.New(svc, func(context.Context, adminapi.Audit) error { return nil }, ctx).Register(api)
+	srv := httptest.NewServer(httpapi.WithRequestID(httpapi.Recover(router)))
+	defer srv.Close()
+	e := env{t: t, url: srv.URL, d: d}
+	acme := token(t, "acme", []string{auth.ScopeAdmin}, false)
+
+	status, body := e.call(acme, http.MethodPost, "/v1/admin/projections/order_details/rebuild", nil)
+	errBody, _ := body["error"].(map[string]any)
+	msg, _ := errBody["message"].(string)
+	if status != http.StatusConflict || errorCode(body) != adminapi.CodeBusy || msg == "" {
+		t.Fatalf("a tenant's rebuild behind the operator's interrupted one: %d %v, want 409 busy at once", status, body)
+	}
+	for _, tenant := range []string{"acme", "beta"} {
+		if strings.Contains(msg, tenant) {
+			t.Errorf("the conflict names tenant %s: %q", tenant, msg)
+		}
+	}
+	if status, _ := e.call(acme, http.MethodGet, "/v1/admin/projections/order_details/rebuild", nil); status != http.StatusNotFound {
+		t.Errorf("a refused rebuild left a job: %d", status)
+	}
+
+	// A failure the plan cannot see (the live table changed hands) fails
+	// the job in the background: the server log says why.
+	if _, err := conn.Exec(ctx, `ALTER TABLE strata.order_list OWNER TO CURRENT_USER`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), `ALTER TABLE strata.order_list OWNER TO strata_owner`) //nolint:errcheck
+	if status, body := e.call(acme, http.MethodPost, "/v1/admin/projections/order_list/rebuild", nil); status != http.StatusAccepted {
+		t.Fatalf("start rebuild: %d %v", status, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, body = e.call(acme, http.MethodGet, "/v1/admin/projections/order_list/rebuild", nil)
+		if status != http.StatusOK {
+			t.Fatalf("rebuild status: %d %v", status, body)
+		}
+		if body["state"] != "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rebuild still running: %v", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if body["state"] != "failed" {
+		t.Fatalf("rebuild of a table owned by another role: %v, want failed", body)
+	}
+	if l := logs.String(); !strings.Contains(l, "rebuild started over HTTP failed") || !strings.Contains(l, "projection=order_list") ||
+		!strings.Contains(l, "owned by") {
+		t.Errorf("the failure is not in the server log:\n%s", l)
+	}
 }

@@ -85,7 +85,7 @@ VALUES ('acme', 'order-c', 1, gen_random_uuid(), 'order.created', 1, '{"order_id
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := mux.NewRouter()
+	router := mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
 	api := router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
 	adminapi.New(svc, func(context.Context, adminapi.Audit) error { return nil }, ctx).Register(api)

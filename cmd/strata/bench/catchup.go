@@ -220,7 +220,8 @@ func benchRebuild(ctx context.Context, e *Env) ([]Result, error) {
 		return nil, err
 	}
 	defer proj.Close()
-	svc, err := replay.New(replay.Config{Pool: proj, Log: postgres.New(nil, proj), Logger: slog.New(slog.DiscardHandler)})
+	svc, err := replay.New(replay.Config{Pool: proj, Log: postgres.New(nil, proj), Logger: slog.New(slog.DiscardHandler),
+		Projections: modules.All().Projections(), Registry: modules.All().MustRegistry()})
 	if err != nil {
 		return nil, err
 	}

@@ -91,6 +91,8 @@ func Seeds(fields ...string) [][]byte {
 			[]byte("{"+q(f)+":\"a\x00b\"}"),   // raw NUL: not JSON
 			[]byte(`{`+q(f)+`:"a\u0000b"}`),   // escaped NUL: JSON, but PostgreSQL text refuses it
 			[]byte(`{`+q(f)+`:"\u2028<script>"}`),
+			[]byte(`{`+q(f)+`:"a\ud800"}`),      // lone surrogate: encoding/json makes it U+FFFD
+			[]byte(`{`+q(f)+`:"\ud83d\ude00"}`), // a surrogate pair: fine
 			[]byte(`{`+q(f)+`:true}`), []byte(`{`+q(f)+`:[]}`), []byte(`{`+q(f)+`:{}}`),
 			[]byte(`{`+q(f)+`:[1,2]}`), []byte(`{`+q(f)+`:[{}]}`), []byte(`{`+q(f)+`:{"a":1,"a":2}}`),
 		)
@@ -140,6 +142,15 @@ func Check(t testing.TB, body []byte, newDst func() any) any {
 	if err := checkKeys(body, reflect.TypeOf(dst)); err != nil {
 		t.Fatalf("accepted %.200q: %v", body, err)
 	}
+	// encoding/json turns a lone surrogate escape into U+FFFD: an accepted
+	// body may decode to no more U+FFFD than it spells (raw or \ufffd).
+	var generic any
+	if err := json.Unmarshal(body, &generic); err == nil {
+		spelled := bytes.Count(body, []byte("\uFFFD")) + bytes.Count(bytes.ToLower(body), []byte(`\ufffd`))
+		if got := countFFFD(generic); got > spelled {
+			t.Fatalf("accepted %.200q, which decodes to %d U+FFFD but spells %d: a lone surrogate was replaced", body, got, spelled)
+		}
+	}
 	// Differential: plain encoding/json must read the same value (it
 	// would differ on duplicate or case-variant keys).
 	plain := newDst()
@@ -168,6 +179,24 @@ func Check(t testing.TB, body []byte, newDst func() any) any {
 		t.Fatalf("round trip of %.200q: %#v became %#v", body, dst, again)
 	}
 	return dst
+}
+
+// countFFFD counts U+FFFD in the strings and keys of v.
+func countFFFD(v any) int {
+	n := 0
+	switch v := v.(type) {
+	case string:
+		n = strings.Count(v, "\uFFFD")
+	case []any:
+		for _, e := range v {
+			n += countFFFD(e)
+		}
+	case map[string]any:
+		for k, e := range v {
+			n += strings.Count(k, "\uFFFD") + countFFFD(e)
+		}
+	}
+	return n
 }
 
 // hasNUL reports whether a string or key anywhere in v holds U+0000.

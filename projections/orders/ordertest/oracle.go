@@ -2,6 +2,7 @@ package ordertest
 
 import (
 	"fmt"
+	"math/big"
 	"strings"
 	"time"
 
@@ -33,8 +34,14 @@ func Expected(evs []Event) (string, error) {
 	type custKey struct{ tenant, customer string }
 	type paidKey struct{ tenant, customer, currency string }
 	type dayKey struct{ tenant, day, currency string }
-	paid := map[paidKey]int64{}
-	days := map[dayKey][2]int64{}
+	// Sums over orders are exact (big.Int), as the read model's numeric
+	// columns are: an int64 sum wraps around past the bound of one order.
+	type daySum struct {
+		amount *big.Int
+		orders int64
+	}
+	paid := map[paidKey]*big.Int{}
+	days := map[dayKey]*daySum{}
 
 	for i, e := range evs {
 		p, err := order.Registry.Decode(e.Type, e.SchemaVersion, e.Data)
@@ -79,11 +86,18 @@ func Expected(evs []Event) (string, error) {
 			o.placedTotal = &t
 		case order.Paid:
 			o.status, o.paid, o.updated = "paid", ev.At, ev.At
-			paid[paidKey{e.Tenant, o.customer, ev.Amount.Currency}] += ev.Amount.Amount
+			pk := paidKey{e.Tenant, o.customer, ev.Amount.Currency}
+			if paid[pk] == nil {
+				paid[pk] = new(big.Int)
+			}
+			paid[pk].Add(paid[pk], big.NewInt(ev.Amount.Amount))
 			at := ev.At.UTC()
 			dk := dayKey{e.Tenant, at.Format(time.DateOnly), ev.Amount.Currency}
-			d := days[dk]
-			days[dk] = [2]int64{d[0] + ev.Amount.Amount, d[1] + 1}
+			if days[dk] == nil {
+				days[dk] = &daySum{amount: new(big.Int)}
+			}
+			days[dk].amount.Add(days[dk].amount, big.NewInt(ev.Amount.Amount))
+			days[dk].orders++
 		case order.Cancelled:
 			o.status, o.cancelled, o.updated = "cancelled", ev.At, ev.At
 		}
@@ -138,10 +152,10 @@ func Expected(evs []Event) (string, error) {
 		sums = append(sums, fmt.Sprintf("%s|%s|%d|%d", k.tenant, k.customer, c[0], c[1]))
 	}
 	for k, v := range paid {
-		totals = append(totals, fmt.Sprintf("%s|%s|%s|%d", k.tenant, k.customer, k.currency, v))
+		totals = append(totals, fmt.Sprintf("%s|%s|%s|%s", k.tenant, k.customer, k.currency, v))
 	}
 	for k, v := range days {
-		revenue = append(revenue, fmt.Sprintf("%s|%s|%s|%d|%d", k.tenant, k.day, k.currency, v[0], v[1]))
+		revenue = append(revenue, fmt.Sprintf("%s|%s|%s|%s|%d", k.tenant, k.day, k.currency, v.amount, v.orders))
 	}
 	byTable := map[string][]string{
 		"order_details": details, "order_detail_lines": lines, "order_list": list,
