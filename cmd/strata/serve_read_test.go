@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/pgtest"
 )
@@ -80,14 +81,14 @@ func TestServeReadSideAcrossProcesses(t *testing.T) {
 		t.Errorf("read-your-writes across processes took %s", took)
 	}
 	status, raw := call(api, http.MethodGet, "/v1/admin/projections", "")
-	if status != http.StatusOK || strings.Count(string(raw), `"status":"running"`) != 4 {
+	if status != http.StatusOK || strings.Count(string(raw), `"status":"running"`) != len(modules.All().Projections()) {
 		t.Fatalf("admin view from the query process: %d %s", status, raw)
 	}
 
 	// A standby projector (with a query role to look through).
 	standby, _, stopStandby := startServe(t, vars(), "--roles", "projector,query")
 	waitReady(t, standby)
-	if status, raw := call(standby, http.MethodGet, "/v1/admin/projections", ""); status != http.StatusOK || strings.Count(string(raw), `"status":"standby"`) != 4 {
+	if status, raw := call(standby, http.MethodGet, "/v1/admin/projections", ""); status != http.StatusOK || strings.Count(string(raw), `"status":"standby"`) != len(modules.All().Projections()) {
 		t.Fatalf("admin view from the standby: %d %s", status, raw)
 	}
 	if code := stopProjector(); code != exitOK {
@@ -103,7 +104,7 @@ func TestServeReadSideAcrossProcesses(t *testing.T) {
 	// lease retry.
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		status, raw := call(standby, http.MethodGet, "/v1/admin/projections", "")
-		if status == http.StatusOK && strings.Count(string(raw), `"status":"running"`) == 4 {
+		if status == http.StatusOK && strings.Count(string(raw), `"status":"running"`) == len(modules.All().Projections()) {
 			break
 		}
 		if time.Now().After(deadline) {
