@@ -195,7 +195,9 @@ func openServing(ctx context.Context, e env, c dbConns, ownerPool bool, base db.
 	}
 	if ownerPool {
 		if c.owner == "" {
-			p.warnings = append(p.warnings, "no owner connection (DATABASE_URL is unset): rebuilds over HTTP are refused; run `strata replay rebuild` with the owner's DATABASE_URL, or set it for the query role")
+			msg := "no owner connection (DATABASE_URL is unset): rebuilds over HTTP are refused; run `strata replay rebuild` with the owner's DATABASE_URL, or set it for the query role"
+			logger.Warn(msg)
+			p.warnings = append(p.warnings, msg)
 		} else {
 			// Sessions of the owner connection run as the projector, as the
 			// rebuild's live runner and tenant swap need, and switch to

@@ -474,3 +474,15 @@ type rebuildJobView struct {
 	State string `json:"state"`
 	Error string `json:"error"`
 }
+
+// TestMigrateNeedsTheOwnerURL: with serving URLs only, `strata migrate`
+// says it needs DATABASE_URL instead of migrating a private PostgreSQL.
+func TestMigrateNeedsTheOwnerURL(t *testing.T) {
+	vars := map[string]string{"STRATA_APP_DATABASE_URL": "postgres://a@127.0.0.1:1/x", "STRATA_PROJECTOR_DATABASE_URL": "postgres://p@127.0.0.1:1/x",
+		"STRATA_DATA_DIR": t.TempDir()}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"migrate", "up"}, testEnv(vars), &stdout, &stderr); code != exitFailure ||
+		!strings.Contains(stderr.String(), "DATABASE_URL is not set") || !strings.Contains(stderr.String(), "strata_owner") {
+		t.Errorf("migrate up without DATABASE_URL: exit %d, %s", code, stderr.String())
+	}
+}
