@@ -7,9 +7,11 @@
 // itself.
 //
 // Everything runs as db.RoleProjector, under each tenant's setting for
-// tenant rows; creating, swapping and dropping shadow tables switches to
-// db.RoleOwner for the transaction (the login role must be a member, as it
-// is for the role that runs `strata migrate up`). Operations that must not
+// tenant rows; creating, swapping and dropping shadow tables runs on the
+// owner connection (Config.Owner), switching to db.RoleOwner for the
+// transaction (its login must be a member, as the login that runs `strata
+// migrate up` is). A serving process's projector login cannot become the
+// owner (ARCHITECTURE decision 11), so DDL never runs on it. Operations that must not
 // interleave with a projection's runner take its lease through
 // projections.AcquireExclusive: the runner, in whatever process, finishes
 // its batch and yields until the operation is done.

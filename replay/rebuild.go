@@ -189,7 +189,10 @@ func (s *Service) Rebuild(ctx context.Context, o RebuildOptions) (Result, error)
 		o.Actor = "replay"
 	}
 	if o.From != nil {
-		return s.rebuildFrom(ctx, ps, o)
+		return s.rebuildFrom(ctx, ps, o) // in place: no DDL
+	}
+	if err := s.CheckOwner(ctx); err != nil {
+		return Result{}, err
 	}
 	began := time.Now()
 	tr := newTracker(o.Progress, o.ProgressEvery)
@@ -305,7 +308,10 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 
 	// Swap, with the live runner paused.
 	tr.phase(PhaseSwap, name)
-	liveX, err := s.exclusive(ctx, name)
+	// The live lease is held on an owner session: the swap renames tables
+	// and must run on the session that holds the lease, so that it cannot
+	// go on after losing it.
+	liveX, err := s.exclusiveOn(ctx, s.cfg.Owner, name)
 	if err != nil {
 		return res, err
 	}
@@ -447,7 +453,7 @@ func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, t
 		return m, true, nil
 	}
 	m := &rebuildMeta{Of: name, Scope: scope, TenantSHA256: hash, Tables: map[string]string{}, StartedAt: time.Now().UTC()}
-	err = s.ownerTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+	err = s.ownerTx(ctx, s.cfg.Owner, func(tx pgx.Tx) error {
 		for _, t := range p.Tables() {
 			shadow := t + suffix
 			if err := checkNameLen(shadow); err != nil {
@@ -495,7 +501,7 @@ func (s *Service) buildIndexes(ctx context.Context, key string, m *rebuildMeta) 
 		if err != nil {
 			return err
 		}
-		err = s.ownerTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		err = s.ownerTx(ctx, s.cfg.Owner, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
 				return err
 			}
@@ -517,7 +523,7 @@ func (s *Service) buildIndexes(ctx context.Context, key string, m *rebuildMeta) 
 // well against them from the first moment after the swap.
 func (s *Service) analyze(ctx context.Context, m *rebuildMeta) error {
 	for _, shadow := range m.Tables {
-		if err := s.ownerTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		if err := s.ownerTx(ctx, s.cfg.Owner, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `ANALYZE `+ident(shadow))
 			return err
 		}); err != nil {
@@ -608,11 +614,16 @@ func parsePos(major, minor string) (event.Position, error) {
 // swapTenant replaces one tenant's live rows by the shadow's, moves the
 // shadow's dead letters and parked streams into the live generation
 // (superseding the tenant's old ones) and drops the shadow's checkpoint
-// row, in one transaction on the live lease's session, where the live
-// projection and the shadow stand at the same position.
+// row, in one transaction on the live lease's session (an owner session),
+// where the live projection and the shadow stand at the same position.
 func (s *Service) swapTenant(ctx context.Context, liveX *projections.Exclusive, p projections.Projection, key string, m *rebuildMeta, tenant, actor string) (swapped, error) {
 	var out swapped
 	err := pgx.BeginFunc(ctx, liveX.Conn(), func(tx pgx.Tx) error {
+		// The rows are the projector's to write, under row-level security;
+		// the session is the owner connection's, whatever role it runs as.
+		if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+db.RoleProjector); err != nil {
+			return fmt.Errorf("%w: the owner connection's login must be a member of %s as well (`strata migrate up` grants it): %v", ErrInvalid, db.RoleProjector, err)
+		}
 		if err := db.SetTenant(ctx, tx, tenant); err != nil {
 			return err
 		}
@@ -678,7 +689,8 @@ WHERE projection = $1 RETURNING parked_streams`, p.Name(), oldStreams, shadowStr
 		}
 		// The projector may not delete checkpoint rows; the owner may.
 		if _, err := tx.Exec(ctx, `SET LOCAL ROLE strata_owner`); err != nil {
-			return err
+			s.cfg.Logger.Warn("cannot switch to the owner role", "error", err.Error())
+			return fmt.Errorf("%w: %w", ErrInvalid, ErrNoOwner)
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE projection = $1`, key)
 		return err
@@ -737,7 +749,7 @@ func (s *Service) Abort(ctx context.Context, name, tenant string) error {
 	if err != nil {
 		return err
 	}
-	x, err := s.exclusive(ctx, key)
+	x, err := s.exclusiveOn(ctx, s.cfg.Owner, key)
 	if err != nil {
 		if errors.Is(err, ErrBusy) {
 			return fmt.Errorf("%w: the rebuild of %s is running: stop it first (Ctrl-C), then abort", ErrBusy, name)

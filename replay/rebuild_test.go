@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
@@ -585,4 +586,53 @@ func TestRebuildTenantSlots(t *testing.T) {
 		t.Fatalf("rows after the three rebuilds differ from a fresh rebuild:\n%s", diffLines(want, got))
 	}
 	assertNoShadowTables(ctx, t, d.AdminURL)
+}
+
+// TestRebuildThroughServingLogins: with the projector pool logging in as
+// the serving projector login (which cannot become strata_owner), whole
+// and per-tenant rebuilds do their DDL and swaps on the owner connection
+// and give the same rows as a rebuild by an owner's login alone; without
+// an owner connection a rebuild is refused before anything is created.
+func TestRebuildThroughServingLogins(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, 2*time.Minute)
+	d := testdb.New(t, projorders.Migrations)
+	seedSQL(ctx, t, d.AdminURL, genHistories(17, []string{"acme", "beta"}, 300, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
+	app, proj := d.ServingPools(t)
+	store := postgres.New(app, proj)
+	newSvc := func(owner *pgxpool.Pool) *replay.Service {
+		svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: proj, App: app, Owner: owner, Log: store, Logger: quiet(),
+			Runner: projections.RunnerConfig{BatchSize: 200}, YieldTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+
+	_, err := newSvc(nil).Rebuild(ctx, replay.RebuildOptions{})
+	if !errors.Is(err, replay.ErrNoOwner) || !errors.Is(err, replay.ErrInvalid) {
+		t.Fatalf("a rebuild without an owner connection: %v, want ErrNoOwner", err)
+	}
+	assertNoShadowTables(ctx, t, d.AdminURL)
+
+	svc := newSvc(d.Projector) // logs in as the owner's login, runs as the projector
+	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	adminExec(ctx, t, d.AdminURL, `UPDATE order_list SET total_amount = -1 WHERE tenant_id = 'acme'`)
+	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: "acme", Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	got := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...))
+	assertNoShadowTables(ctx, t, d.AdminURL)
+
+	if _, err := newBundle(t, d).svc.Rebuild(ctx, replay.RebuildOptions{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...)); got != want {
+		t.Errorf("rows rebuilt through the serving logins differ from an owner's rebuild:\n%s", diffLines(want, got))
+	}
+	if !strings.Contains(got, `"tenant_id": "beta"`) {
+		t.Error("nothing was rebuilt")
+	}
 }

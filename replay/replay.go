@@ -15,6 +15,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -33,6 +34,11 @@ var (
 	// ErrBusy: another operation holds the projection, or its runner did
 	// not yield in time. Retry later.
 	ErrBusy = errors.New("busy")
+	// ErrNoOwner (with ErrInvalid): a rebuild needs the owner connection
+	// and the service has none whose login may become db.RoleOwner.
+	ErrNoOwner = errors.New("rebuilding creates and swaps tables as strata_owner, and this process has no owner connection " +
+		"(DATABASE_URL, the login that runs `strata migrate up`): set DATABASE_URL for the query role to rebuild over HTTP, " +
+		"or run `strata replay rebuild` with it")
 )
 
 // Log is what the tooling needs of the event log: reading it (a rebuild),
@@ -46,10 +52,20 @@ type Log interface {
 
 // Config configures a Service.
 type Config struct {
-	// Pool runs as db.RoleProjector. Its login role must be a member of
-	// db.RoleOwner to rebuild (shadow tables are created and swapped as
-	// the owner).
+	// Pool runs as db.RoleProjector: the shadow runners, dead-letter
+	// retries and status. In a serving process its login is the projector
+	// login, which cannot become the owner.
 	Pool *pgxpool.Pool
+	// Owner is the owner connection: its login is a member of
+	// db.RoleOwner and db.RoleProjector (the role `strata migrate up`
+	// runs as) and its sessions run as db.RoleProjector, switching to
+	// db.RoleOwner per DDL transaction. A rebuild creates, indexes,
+	// analyzes, swaps and drops tables on it, and holds the live
+	// projection's lease for the swap on one of its sessions (the swap
+	// renames tables, which only their owner may). nil means Pool (a tool
+	// whose one login is the owner's); a rebuild then fails with ErrInvalid
+	// if Pool's login is not a member of db.RoleOwner.
+	Owner *pgxpool.Pool
 	// App, when set, runs as db.RoleApp: a tenant's status counts only
 	// that tenant's events through it (row-level security).
 	App *pgxpool.Pool
@@ -111,6 +127,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Owner == nil {
+		cfg.Owner = cfg.Pool
 	}
 	s := &Service{cfg: cfg, byName: map[string]projections.Projection{}}
 	for _, p := range cfg.Projections {
@@ -180,9 +199,17 @@ func (s *Service) tenants(ctx context.Context, tenant string) ([]string, error) 
 	return projections.Tenants(ctx, s.cfg.Pool)
 }
 
-// exclusive takes a projection's lease for a tool, translating the errors.
+// exclusive takes a projection's lease for a tool on a session of the
+// projector pool, translating the errors.
 func (s *Service) exclusive(ctx context.Context, key string) (*projections.Exclusive, error) {
-	x, err := projections.AcquireExclusive(ctx, s.cfg.Pool, key, s.cfg.YieldTimeout)
+	return s.exclusiveOn(ctx, s.cfg.Pool, key)
+}
+
+// exclusiveOn takes a projection's lease on a session of pool: the owner
+// pool for work that changes tables under the lease (a swap, an abort).
+// Leases are advisory locks of the database, whoever the session's role.
+func (s *Service) exclusiveOn(ctx context.Context, pool *pgxpool.Pool, key string) (*projections.Exclusive, error) {
+	x, err := projections.AcquireExclusive(ctx, pool, key, s.cfg.YieldTimeout)
 	switch {
 	case errors.Is(err, projections.ErrBusy):
 		return nil, fmt.Errorf("%w: another replay operation is working on %s (a rebuild swapping, a retry or a discard): retry when it is done", ErrBusy, key)
@@ -199,6 +226,21 @@ func (s *Service) checkpoints(ctx context.Context, names ...string) (map[string]
 	return projections.ReadCheckpoints(ctx, s.cfg.Pool, names...)
 }
 
+// CheckOwner reports whether the owner connection's login may become
+// db.RoleOwner, as a rebuild (other than From) needs: an error wrapping
+// ErrInvalid and ErrNoOwner when it may not. Callers that start a rebuild
+// in the background check it first, to refuse at once.
+func (s *Service) CheckOwner(ctx context.Context) error {
+	var ok bool
+	if err := s.cfg.Owner.QueryRow(ctx, `SELECT pg_has_role(session_user, $1, 'MEMBER')`, db.RoleOwner).Scan(&ok); err != nil {
+		return fmt.Errorf("check the owner connection: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %w", ErrInvalid, ErrNoOwner)
+	}
+	return nil
+}
+
 // ownerTx runs fn in a transaction as db.RoleOwner (DDL on shadow tables).
 func (s *Service) ownerTx(ctx context.Context, conn interface {
 	Begin(context.Context) (pgx.Tx, error)
@@ -210,7 +252,7 @@ func (s *Service) ownerTx(ctx context.Context, conn interface {
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 	if _, err := tx.Exec(ctx, "SET LOCAL ROLE strata_owner"); err != nil {
 		s.cfg.Logger.Warn("cannot switch to the owner role", "error", err.Error())
-		return fmt.Errorf("%w: rebuilding creates and swaps tables as strata_owner, and the login role of DATABASE_URL is not a member of it: use the role that runs `strata migrate up`", ErrInvalid)
+		return fmt.Errorf("%w: %w", ErrInvalid, ErrNoOwner)
 	}
 	if err := fn(tx); err != nil {
 		return err

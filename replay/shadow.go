@@ -366,7 +366,7 @@ func (s *Service) dropTables(ctx context.Context, names ...string) error {
 	for _, name := range names {
 		var err error
 		for attempt := 0; attempt < 5; attempt++ {
-			err = s.ownerTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+			err = s.ownerTx(ctx, s.cfg.Owner, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 					return err
 				}

@@ -25,7 +25,10 @@ func newEnv(get func(string) string) env { return env{get: get} }
 
 // envVars documents every environment variable strata reads.
 var envVars = map[string]string{
-	"DATABASE_URL":                     "PostgreSQL URL; unset = a private PostgreSQL under STRATA_DATA_DIR",
+	"DATABASE_URL":                     "PostgreSQL URL of the owner connection (migrations, rebuilds' DDL; a login that may become strata_owner); unset = a private PostgreSQL under STRATA_DATA_DIR",
+	"STRATA_APP_DATABASE_URL":          "PostgreSQL URL of the login serving commands and queries (a member of strata_app only); unset = strata_app_login, provisioned from DATABASE_URL",
+	"STRATA_PROJECTOR_DATABASE_URL":    "PostgreSQL URL of the login running projections (a member of strata_projector only); unset = strata_projector_login, provisioned from DATABASE_URL",
+	"STRATA_ALLOW_PRIVILEGED_LOGIN":    "development only: serve even when a serving login could escalate (superuser, owner, ...); logged as a warning on every start",
 	"STRATA_DATA_DIR":                  "directory for the embedded PostgreSQL and the development JWT secret (default ./.strata)",
 	"STRATA_ADDR":                      "listen address of serve (default :8080)",
 	"STRATA_ROLES":                     "roles of serve: command,query,projector (default all)",
@@ -128,6 +131,11 @@ const embeddedDatabase = "strata"
 func (e env) database(ctx context.Context, logger *slog.Logger) (url string, embedded *pgembed.Server, stop func(), err error) {
 	if u := e.str("DATABASE_URL", ""); u != "" {
 		return u, nil, func() {}, nil
+	}
+	if e.str("STRATA_APP_DATABASE_URL", "") != "" || e.str("STRATA_PROJECTOR_DATABASE_URL", "") != "" {
+		// Serving URLs name an external database: never start a private one
+		// beside it.
+		return "", nil, nil, errNoOwnerURL
 	}
 	dir, err := e.dataDir()
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, "strata migrate:", err)
 		return exitUsage
 	}
-	url, _, stopDB, err := e.database(ctx, logger)
+	url, _, stopDB, err := e.database(ctx, logger) // the owner's URL: migrations create and alter the schema as strata_owner
 	if err != nil {
 		fmt.Fprintln(stderr, "strata migrate:", err)
 		return exitFailure
@@ -37,7 +38,9 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	lines := modules.All().Lines()
 	switch args[0] {
 	case "up":
-		err = db.Up(ctx, url, logf, lines...)
+		if err = db.Up(ctx, url, logf, lines...); err == nil {
+			err = provisionLogins(ctx, e, url, logf, stderr)
+		}
 	case "down":
 		err = db.Down(ctx, url, *steps, logf, lines...)
 	case "status":
@@ -69,4 +72,31 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 		return exitFailure
 	}
 	return exitOK
+}
+
+// provisionLogins creates the serving logins serve will connect as (the
+// configured STRATA_APP_DATABASE_URL and STRATA_PROJECTOR_DATABASE_URL,
+// with their passwords, or the passwordless logins strata derives) and
+// grants them their roles. Failing to create a configured login fails the
+// command; failing to create a derived one (a DATABASE_URL login without
+// CREATEROLE, whose operator manages roles) is a warning: serve says what
+// to set if it needs them.
+func provisionLogins(ctx context.Context, e env, owner string, logf db.Logf, stderr io.Writer) error {
+	logins, err := e.servingLogins(owner)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, l := range logins {
+		variable := []string{"STRATA_APP_DATABASE_URL", "STRATA_PROJECTOR_DATABASE_URL"}[i]
+		err := db.EnsureLogins(ctx, owner, []db.Login{l}, logf)
+		switch {
+		case err == nil:
+		case e.str(variable, "") != "":
+			errs = append(errs, fmt.Errorf("%s: %w", variable, err))
+		default:
+			fmt.Fprintf(stderr, "strata migrate: warning: %v (serve needs %s, or this login)\n", err, variable)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -16,7 +16,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/strata-es/strata/cmd/strata/modules"
+
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/esdb"
 	"github.com/strata-es/strata/eventstore/postgres"
@@ -46,7 +48,9 @@ Usage:
   strata replay dlq discard ID --reason TEXT [--tenant T]
 
 It connects with DATABASE_URL (or the embedded PostgreSQL) and works as the
-projector role; rebuilds create and swap tables as strata_owner.
+projector role (through STRATA_PROJECTOR_DATABASE_URL's login when set);
+rebuilds create and swap tables as strata_owner on DATABASE_URL's
+connection.
 
 Exit codes: 0 done; 1 failed (the message says what to do next); 2 bad usage;
 3 nothing to do or not found; 4 busy (another operation holds the
@@ -142,10 +146,18 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// The owner connection (DATABASE_URL) runs the DDL of rebuilds; the
+	// other pools log in as the serving logins when they are configured,
+	// else as the owner's login, switching roles (this is an operator's
+	// tool, not a serving process: no request's SQL reaches it).
 	url, _, stopDB, err := e.database(ctx, logger)
+	if errors.Is(err, errNoOwnerURL) {
+		url, stopDB, err = "", func() {}, nil // status and dead letters need no owner; a rebuild says what to set
+	}
 	if err != nil {
 		return nil, err
 	}
+	appURL, projURL := e.str("STRATA_APP_DATABASE_URL", url), e.str("STRATA_PROJECTOR_DATABASE_URL", url)
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -159,16 +171,25 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 	}
 	// Per projection a rebuild holds two sessions at most (the shadow's and,
 	// for the swap, the live one's lease) beside the log's reads.
-	proj, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleProjector, MaxConns: 16, AppName: "strata-replay"})
+	proj, err := db.OpenPool(ctx, projURL, db.PoolConfig{Role: db.RoleProjector, MaxConns: 16, AppName: "strata-replay"})
 	if err != nil {
 		return fail(err)
 	}
 	closers = append(closers, proj.Close)
-	app, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: 2, AppName: "strata-replay"})
+	app, err := db.OpenPool(ctx, appURL, db.PoolConfig{Role: db.RoleApp, MaxConns: 2, AppName: "strata-replay"})
 	if err != nil {
 		return fail(err)
 	}
 	closers = append(closers, app.Close)
+	var owner *pgxpool.Pool // nil: rebuilds are refused with what to set
+	if url != "" {
+		// Sessions run as the projector and switch to strata_owner per DDL
+		// transaction; one per projection's swap, plus the DDL.
+		if owner, err = db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleProjector, MaxConns: 8, AppName: "strata-replay-owner"}); err != nil {
+			return fail(err)
+		}
+		closers = append(closers, owner.Close)
+	}
 	switch err := db.Check(ctx, proj, modules.All().Lines()...); {
 	case err != nil && db.IsUnavailable(err):
 		return fail(fmt.Errorf("cannot reach the database (check DATABASE_URL and that PostgreSQL is up): %w", err))
@@ -195,7 +216,7 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 	if err != nil {
 		return fail(err)
 	}
-	svc, err := replay.New(replay.Config{Pool: proj, App: app, Log: log, Logger: logger,
+	svc, err := replay.New(replay.Config{Pool: proj, App: app, Owner: owner, Log: log, Logger: logger,
 		Projections: mods.Projections(), Registry: registry,
 		Runner:             projections.RunnerConfig{BatchSize: batch, Failures: policy},
 		ConsumerProjection: relay.ConsumerProjection})

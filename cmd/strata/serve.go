@@ -125,9 +125,10 @@ type app struct {
 	mods       modules.Set     // the application's bounded contexts
 	registry   *event.Registry // every module's codecs: the one registry of the process
 	logger     *slog.Logger
-	url        string
+	url        string          // the owner connection's ("" without DATABASE_URL)
 	appPool    *pgxpool.Pool   // db.RoleApp
 	projPool   *pgxpool.Pool   // db.RoleProjector
+	pools      *servingPools   // the pools, the owner connection and the logins' warnings
 	store      *postgres.Store // idempotency records (and events, by default)
 	events     eventstore.Store
 	log        eventLog
@@ -210,34 +211,29 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		pgTracer = telemetry.PgxTracer{}
 	}
 
-	url, embedded, stopDB, err := e.database(ctx, logger)
+	conns, err := e.databases(ctx, logger)
 	if err != nil {
 		return err
 	}
-	defer stopDB()
-	if autoMigrate {
-		if err := db.Up(ctx, url, func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }, mods.Lines()...); err != nil {
-			return fmt.Errorf("migrate (set STRATA_AUTO_MIGRATE=false and run `strata migrate up` with an owner's DATABASE_URL if this role may not change the schema): %w", err)
-		}
+	defer conns.stop()
+	if err := autoMigrateServe(ctx, e, autoMigrate, conns, logger, mods.Lines()); err != nil {
+		return err
 	}
-	appPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: int32(maxConns), AppName: "strata", Tracer: pgTracer})
+	pools, err := openServing(ctx, e, conns, roles[roleQuery], db.PoolConfig{MaxConns: int32(maxConns), Tracer: pgTracer}, logger)
 	if err != nil {
 		return err
 	}
-	defer appPool.Close()
-	projPool, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleProjector, MaxConns: int32(maxConns), AppName: "strata-projector", Tracer: pgTracer})
-	if err != nil {
-		return err
-	}
-	defer projPool.Close()
+	defer pools.close()
+	appPool, projPool, embedded := pools.app, pools.proj, conns.embedded
 
 	a := &app{
 		mods:     mods,
 		registry: registry,
 		logger:   logger,
-		url:      url,
+		url:      conns.owner,
 		appPool:  appPool,
 		projPool: projPool,
+		pools:    pools,
 		verifier: verifier,
 		router:   httpapi.NewRouter(),
 		appended: newBroadcast(),
@@ -269,7 +265,8 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.router.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet).Name("livez")
-	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool, mods) }})
+	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool, mods) }},
+		readinessCheck{"database_logins", pools.checkLogins})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
 	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
 	if tracing {
@@ -426,12 +423,17 @@ func (a *app) readyz(w http.ResponseWriter, r *http.Request) {
 			checks[c.name] = "ok"
 		}
 	}
+	body := map[string]any{"status": "ok", "checks": checks}
+	if len(a.pools.warnings) > 0 {
+		body["warnings"] = a.pools.warnings
+	}
 	if !ok {
 		w.Header().Set("Retry-After", "2")
-		httpapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "checks": checks})
+		body["status"] = "unavailable"
+		httpapi.WriteJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": checks})
+	httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // displayAddr turns ":8080" / "[::]:8080" into something a curl line can use.

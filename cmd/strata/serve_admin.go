@@ -43,7 +43,7 @@ func failurePolicy(e env) (projections.FailurePolicy, error) {
 // (/v1/admin/projections/{name}..., /v1/admin/dead-letters...) on the
 // query API and exports the projections' lag and dead letters as metrics.
 //
-// The routes run the replay library as the projector role: dead letters
+// The routes run the replay library as the projector login: dead letters
 // are the projector's tables (the application role may only read them),
 // and a retry re-applies events exactly as the runner would. Every access
 // still sets the tenant of the token (or, with ?scope=all and the
@@ -57,7 +57,9 @@ func wireAdmin(a *app) error {
 	if err != nil {
 		return err
 	}
-	svc, err := replay.New(replay.Config{Pool: a.projPool, App: a.appPool, Log: a.log, Logger: a.logger,
+	// Rebuilds' DDL and swaps run on the owner connection (nil without
+	// DATABASE_URL: rebuilds are then refused with what to set).
+	svc, err := replay.New(replay.Config{Pool: a.projPool, App: a.appPool, Owner: a.pools.owner, Log: a.log, Logger: a.logger,
 		Projections: a.mods.Projections(), Registry: a.registry,
 		Runner:             projections.RunnerConfig{Failures: policy},
 		ConsumerProjection: relay.ConsumerProjection})

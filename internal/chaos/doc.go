@@ -12,7 +12,8 @@
 // contiguous, every projection reaches the head of the log and every read
 // model equals a fresh rebuild from the events. Two further scenarios try to
 // read another tenant's data through the HTTP APIs (R11) and as the
-// application's database role (R12).
+// application's database role, also by trying to leave the role from the
+// serving logins' sessions (R12).
 //
 // Each scenario prints its pass criteria in a result table; docs/chaos.md
 // describes them. The program is cmd/chaos (`make chaos`); a short

@@ -139,7 +139,7 @@ func (v *r12Verdict) fail(counter *int, format string, args ...any) {
 // through a pool like strata's own, and checks every row.
 func (e *env) runR12(ctx context.Context, r *Result, f *tenancyFixture) error {
 	cfg := e.cfg.R12
-	r.Title = "cross-tenant SQL as the application role"
+	r.Title = "cross-tenant SQL as the application role, and escalation from the serving logins"
 	admin, err := connectAdmin(ctx, f.url)
 	if err != nil {
 		return err
@@ -157,11 +157,29 @@ func (e *env) runR12(ctx context.Context, r *Result, f *tenancyFixture) error {
 	for _, fnd := range findings {
 		r.note("CATALOG: %s", fnd)
 	}
-	app, err := db.OpenPool(ctx, f.url, db.PoolConfig{Role: db.RoleApp, MaxConns: int32(cfg.Workers), AppName: "chaos-r12"})
+	// The application pool logs in as strata serve's does: as the login
+	// `strata migrate up` provisioned, derived from DATABASE_URL.
+	appURL, err := db.LoginURL(f.url, db.LoginApp)
+	if err != nil {
+		return err
+	}
+	app, err := db.OpenPool(ctx, appURL, db.PoolConfig{Role: db.RoleApp, MaxConns: int32(cfg.Workers), AppName: "chaos-r12"})
 	if err != nil {
 		return err
 	}
 	defer app.Close()
+	projURL, err := db.LoginURL(f.url, db.LoginProjector)
+	if err != nil {
+		return err
+	}
+	proj, err := db.OpenPool(ctx, projURL, db.PoolConfig{Role: db.RoleProjector, MaxConns: 1, AppName: "chaos-r12"})
+	if err != nil {
+		return err
+	}
+	defer proj.Close()
+	if err := f.escalations(ctx, r, admin, app, proj); err != nil {
+		return err
+	}
 	refPool, err := pgxpool.New(ctx, f.url+"&search_path="+db.Schema)
 	if err != nil {
 		return err
@@ -490,4 +508,194 @@ func (f *tenancyFixture) crossTenantWrite(ctxA context.Context, app *pgxpool.Poo
 func isPermissionDenied(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// escalationAttempts are what a session running arbitrary SQL tries to
+// leave its serving role (other is the other serving role). SET ROLE to
+// every role of the cluster is added at run time.
+func (f *tenancyFixture) escalationAttempts(other string) []string {
+	return []string{
+		"RESET ROLE",
+		"SET ROLE " + db.RoleOwner,
+		"SET ROLE postgres",
+		"SET ROLE " + other,
+		"SET SESSION AUTHORIZATION postgres",
+		"SET SESSION AUTHORIZATION " + db.RoleOwner,
+		"RESET SESSION AUTHORIZATION",
+		"GRANT " + db.RoleOwner + " TO SESSION_USER",
+		"ALTER ROLE SESSION_USER BYPASSRLS",
+		"ALTER ROLE CURRENT_USER SUPERUSER",
+		"ALTER TABLE order_details DISABLE ROW LEVEL SECURITY",
+		"ALTER TABLE events NO FORCE ROW LEVEL SECURITY",
+		"SET row_security = off",
+		"ALTER ROLE SESSION_USER SET app.tenant_id = '" + f.b + "'",
+		"SELECT set_config('" + db.TenantSetting + "', '" + f.b + "', false)",
+		"SELECT set_config('" + db.TenantSetting + "', '" + f.a + "'' OR true OR ''', false)",
+		"CREATE EXTENSION dblink",
+		"SELECT pg_read_file('global/pg_control')",
+	}
+}
+
+// escalations runs R12's escalation half (ARCHITECTURE decision 11). On
+// sessions of the serving logins strata serve logs in as, every attempt
+// above runs as a subverted request would run it (on the session, then
+// inside a transaction of tenant A); after each the session must still be
+// its serving role or the bare login, neither superuser, BYPASSRLS nor a
+// member of strata_owner, and see no row outside the tenant its
+// app.tenant_id names (none without one). set_config of tenant B is
+// allowed by design
+// (the setting is how a transaction names its tenant; the API's boundary
+// is the verified token -> setting path): what this proves is that the
+// serving logins cannot gain BYPASSRLS, ownership or superuser, so the
+// policies always apply. It also checks that every session the running
+// serve process holds logs in as an unprivileged login.
+func (f *tenancyFixture) escalations(ctx context.Context, r *Result, admin *pgx.Conn, app, proj *pgxpool.Pool) error {
+	var sessions, privileged int
+	if err := admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE r.rolsuper OR r.rolbypassrls OR pg_has_role(a.usesysid, $2::regrole, 'MEMBER'))
+FROM pg_stat_activity a JOIN pg_roles r ON r.oid = a.usesysid
+WHERE a.datname = $1 AND a.application_name IN ('strata', 'strata-projector')`, f.db, db.RoleOwner).Scan(&sessions, &privileged); err != nil {
+		return err
+	}
+	r.check("sessions of the running serve process seen", ">= 1", sessions, sessions > 0)
+	r.zero("of them logged in as superuser, BYPASSRLS or a strata_owner member", privileged)
+	var catalog []string
+	for _, s := range []struct {
+		pool *pgxpool.Pool
+		role string
+	}{{app, db.RoleApp}, {proj, db.RoleProjector}} {
+		var esc *db.EscalationError
+		if err := db.CheckServing(ctx, s.pool, s.role); errors.As(err, &esc) {
+			catalog = append(catalog, esc.Error())
+		} else if err != nil {
+			return err
+		}
+	}
+	r.zero("serving logins that can escalate (db.CheckServing)", len(catalog))
+	for _, c := range catalog {
+		r.note("LOGIN: %s", c)
+	}
+	roles, err := collectRows(ctx, admin, `SELECT quote_ident(rolname) FROM pg_roles`)
+	if err != nil {
+		return err
+	}
+	var attempts, escaped int
+	var examples []string
+	fail := func(format string, args ...any) {
+		escaped++
+		if len(examples) < 10 {
+			examples = append(examples, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, s := range []struct {
+		pool        *pgxpool.Pool
+		role, other string
+	}{{app, db.RoleApp, db.RoleProjector}, {proj, db.RoleProjector, db.RoleApp}} {
+		// Tables the role reads across tenants by design (a policy of the
+		// role USING (true): the projector's read of the log) are left out
+		// of the foreign-row count.
+		// Qualified: the bare login (after RESET ROLE) has no USAGE on the
+		// schema, which a search_path lookup would skip silently.
+		tables, err := collectRows(ctx, admin, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')
+  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped)
+  AND NOT EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND $2::regrole = ANY (p.polroles) AND pg_get_expr(p.polqual, p.polrelid) = 'true')`, db.Schema, s.role)
+		if err != nil {
+			return err
+		}
+		list := f.escalationAttempts(s.other)
+		for _, role := range roles {
+			list = append(list, "SET ROLE "+role)
+		}
+		for _, attempt := range list {
+			for _, inTx := range []bool{false, true} {
+				attempts++
+				if err := f.attempt(ctx, s.pool, s.role, attempt, inTx, tables, fail); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	r.check("escalation attempts from serving login sessions (on the session and in a transaction)", ">= 60", attempts, attempts >= 60)
+	r.zero("attempts that left the serving role or saw rows outside app.tenant_id's tenant", escaped)
+	for _, ex := range examples {
+		r.note("ESCALATION: %s", ex)
+	}
+	return nil
+}
+
+// execQuerier is a connection or a transaction.
+type execQuerier interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// attempt runs one escalation attempt on a fresh session of pool and
+// checks the session afterwards; the session is closed, not pooled.
+func (f *tenancyFixture) attempt(ctx context.Context, pool *pgxpool.Pool, role, attempt string, inTx bool, tables []string, fail func(string, ...any)) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	defer conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	where := "on the session"
+	var q execQuerier = conn
+	if inTx {
+		where = "in a transaction of tenant A"
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+		if err := db.SetTenant(ctx, tx, f.a); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SAVEPOINT attempt"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, attempt); err != nil {
+			_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT attempt")
+			return err // refused: the transaction is as it was, checked on the session already
+		}
+		q = tx
+	} else {
+		_, _ = conn.Exec(ctx, attempt) // refused or not, the session is checked
+	}
+	var current, session string
+	var privileged bool
+	if err := q.QueryRow(ctx, `SELECT current_user::text, session_user::text,
+       bool_or(r.rolsuper OR r.rolbypassrls) OR pg_has_role(current_user, $1, 'MEMBER') OR pg_has_role(session_user, $1, 'MEMBER')
+FROM pg_roles r WHERE r.rolname IN (current_user, session_user)`, db.RoleOwner).Scan(&current, &session, &privileged); err != nil {
+		return fmt.Errorf("%s: identity: %w", attempt, err)
+	}
+	if privileged || (current != role && current != session) {
+		fail("%s %s: the session is now %s (session user %s), privileged %v", attempt, where, current, session, privileged)
+	}
+	// Every tenant table keys its rows by tenant_id, which the policies
+	// compare with the setting: a row whose tenant_id is not the setting's
+	// is a row past row-level security. (B's canary markers are no test
+	// here: after R11, A's own orders carry B's IDs in their bodies.)
+	probe := func(sql string, args ...any) (int, error) {
+		if inTx {
+			if _, err := q.Exec(ctx, "SAVEPOINT probe"); err != nil {
+				return 0, err
+			}
+			defer q.Exec(ctx, "ROLLBACK TO SAVEPOINT probe") //nolint:errcheck
+		}
+		var n int
+		if err := q.QueryRow(ctx, sql, args...).Scan(&n); err != nil && !isPermissionDenied(err) {
+			return 0, fmt.Errorf("%s: %w", attempt, err)
+		}
+		return n, nil
+	}
+	for _, t := range tables {
+		n, err := probe(`SELECT count(*) FROM ` + t + ` WHERE tenant_id IS DISTINCT FROM nullif(current_setting('` + db.TenantSetting + `', true), '')`)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			fail("%s %s: as %s, %d rows of %s outside the tenant in %s", attempt, where, current, n, t, db.TenantSetting)
+		}
+	}
+	return nil
 }

@@ -73,3 +73,14 @@ func IsTransient(err error) bool {
 	}
 	return false
 }
+
+// ServerMessage returns the server's message of err (without the
+// connection details pgx adds around a connect error, which may include a
+// password), or "".
+func ServerMessage(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message
+	}
+	return ""
+}

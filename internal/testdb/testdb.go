@@ -5,6 +5,7 @@ package testdb
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,7 +19,10 @@ import (
 type DB struct {
 	// AdminURL connects as a superuser (for test setup and fault
 	// injection only; never give it to code under test as its own pool).
-	AdminURL  string
+	AdminURL string
+	// App and Projector log in as the superuser and SET ROLE (so a test may
+	// also use Projector as a replay tool's owner connection); ServingPools
+	// logs in as the serving logins, as strata serve does.
 	App       *pgxpool.Pool // runs as db.RoleApp
 	Projector *pgxpool.Pool // runs as db.RoleProjector
 }
@@ -39,6 +43,12 @@ func New(t testing.TB, lines ...db.Line) *DB {
 		return db.Up(ctx, adminURL, nil, lines...)
 	}))
 	ctx := context.Background()
+	// The serving logins are cluster-wide: made once per cluster, also when
+	// a template of an earlier run is reused ($TEST_DATABASE_URL).
+	loginsOnce.Do(func() { loginsErr = ensureLogins(ctx, url) })
+	if loginsErr != nil {
+		t.Fatalf("provision the serving logins: %v", loginsErr)
+	}
 	app, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: 16})
 	if err != nil {
 		t.Fatalf("open app pool: %v", err)
@@ -70,6 +80,9 @@ func NewPrivate(t testing.TB, settings map[string]string, lines ...db.Line) *Pri
 	if err := db.Up(ctx, url, nil, lines...); err != nil {
 		t.Fatalf("migrate private cluster: %v", err)
 	}
+	if err := ensureLogins(ctx, url); err != nil {
+		t.Fatalf("provision the serving logins: %v", err)
+	}
 	app, err := db.OpenPool(ctx, url, db.PoolConfig{Role: db.RoleApp, MaxConns: 16})
 	if err != nil {
 		t.Fatalf("open app pool: %v", err)
@@ -80,4 +93,49 @@ func NewPrivate(t testing.TB, settings map[string]string, lines ...db.Line) *Pri
 	}
 	t.Cleanup(func() { app.Close(); proj.Close() })
 	return &Private{DB: &DB{AdminURL: url, App: app, Projector: proj}, Server: srv}
+}
+
+var (
+	loginsOnce sync.Once
+	loginsErr  error
+)
+
+// ensureLogins provisions db.LoginApp and db.LoginProjector, as `strata
+// migrate up` does with no serving URL configured.
+func ensureLogins(ctx context.Context, adminURL string) error {
+	var logins []db.Login
+	for role, login := range map[string]string{db.RoleApp: db.LoginApp, db.RoleProjector: db.LoginProjector} {
+		u, err := db.LoginURL(adminURL, login)
+		if err != nil {
+			return err
+		}
+		logins = append(logins, db.Login{Role: role, URL: u})
+	}
+	return db.EnsureLogins(ctx, adminURL, logins, nil)
+}
+
+// ServingPools opens pools that log in as the serving logins strata serve
+// derives from a superuser DATABASE_URL (db.LoginApp, db.LoginProjector,
+// no password: the test clusters trust loopback), running as db.RoleApp
+// and db.RoleProjector. Unlike App and Projector, whose sessions log in as
+// the superuser, they cannot escalate. Closed in cleanup.
+func (d *DB) ServingPools(t testing.TB) (app, projector *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	for _, p := range []struct {
+		pool        **pgxpool.Pool
+		login, role string
+	}{{&app, db.LoginApp, db.RoleApp}, {&projector, db.LoginProjector, db.RoleProjector}} {
+		u, err := db.LoginURL(d.AdminURL, p.login)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := db.OpenPool(ctx, u, db.PoolConfig{Role: p.role, MaxConns: 8})
+		if err != nil {
+			t.Fatalf("open %s pool: %v", p.login, err)
+		}
+		t.Cleanup(pool.Close)
+		*p.pool = pool
+	}
+	return app, projector
 }

@@ -366,6 +366,12 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if o.From == nil { // shadow tables need the owner connection
+		if err := a.svc.CheckOwner(r.Context()); err != nil {
+			fail(w, r, err)
+			return
+		}
+	}
 	key := jobKey{name, c.tenant}
 	a.mu.Lock()
 	if j, ok := a.jobs[key]; ok && !j.isFinished() {
