@@ -41,12 +41,14 @@ var (
 		"or run `strata replay rebuild` with it")
 )
 
-// Log is what the tooling needs of the event log: reading it (a rebuild),
-// locating stream versions (the contiguity check) and its head and lag
+// Log is what the tooling needs of the event store: reading the global log
+// (a rebuild) and single streams (a rebuild from a position), locating
+// stream versions (the contiguity check) and its head and lag
 // (*postgres.Store and *esdb.Store implement it).
 type Log interface {
 	eventstore.Log
 	eventstore.VersionLocator
+	ReadStream(ctx context.Context, tenant, stream string, after int64) ([]event.Record, error)
 	Lag(ctx context.Context, after event.Position) (events int64, oldest time.Time, err error)
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/telemetry"
+	"github.com/strata-es/strata/replay"
 )
 
 // Roles a serve process can run.
@@ -147,12 +148,9 @@ type app struct {
 }
 
 // eventLog is what the read side needs of the event store: the global log,
-// its head and lag, and where stream versions are.
-type eventLog interface {
-	eventstore.Log
-	eventstore.VersionLocator
-	Lag(ctx context.Context, after event.Position) (int64, time.Time, error)
-}
+// its head and lag, where stream versions are (replay.Log: also single
+// streams, for rebuilds from a position).
+type eventLog = replay.Log
 
 // worker is a background loop of a role; it runs until ctx is cancelled
 // and then returns after finishing its current unit of work.
