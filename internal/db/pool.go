@@ -44,7 +44,13 @@ func OpenPool(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, e
 	pc.MaxConnIdleTime = 5 * time.Minute
 	pc.HealthCheckPeriod = 15 * time.Second
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
-	pc.ConnConfig.RuntimeParams["search_path"] = Schema
+	// pg_temp last: without it in the path, PostgreSQL searches a
+	// session's temporary schema first, so SQL run through a subverted
+	// session could create a temporary table named like one of strata's
+	// (events, order_list) and capture the reads and writes of every later
+	// request on that pooled connection, of any tenant. Named last, a
+	// temporary table never shadows a strata table.
+	pc.ConnConfig.RuntimeParams["search_path"] = Schema + ", pg_temp"
 	if cfg.Role == RoleProjector {
 		// Projections write tables that grow from empty while one
 		// connection keeps executing the same prepared statements. A
