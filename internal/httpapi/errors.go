@@ -22,6 +22,7 @@ const (
 	CodeForbidden            = "forbidden"
 	CodeNotFound             = "not_found"
 	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeRequestTimeout       = "request_timeout"
 	CodeVersionConflict      = "version_conflict"
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeUnsupportedMediaType = "unsupported_media_type"
