@@ -62,7 +62,16 @@ func wireQuery(a *app) error {
 		Local:       rs.local,
 		ExternalLog: a.external,
 	})
-	api := queryapi.New(readmodels.NewReader(a.appPool), projections.NewConsistency(a.appPool, rs.progress), monitor, queryapi.Config{})
+	// A token beyond the last committed event was never handed out. In
+	// PostgreSQL that is LastCommitted, not Head: Head stops below an
+	// older open transaction, and a command that committed after it has
+	// a genuine token beyond Head.
+	head := a.log.Head
+	if !a.external {
+		head = a.store.LastCommitted
+	}
+	api := queryapi.New(readmodels.NewReader(a.appPool), projections.NewConsistency(a.appPool, rs.progress), monitor,
+		queryapi.Config{Head: head, WaitSlot: a.waitSlot})
 	api.Register(a.queryAPI)
 	return nil
 }
