@@ -51,12 +51,13 @@ func BufferBody(timeout time.Duration) func(http.Handler) http.Handler {
 			rc := http.NewResponseController(w)
 			deadline := rc.SetReadDeadline(time.Now().Add(timeout)) == nil
 			body, err := readAllLimited(r.Body, r.ContentLength)
-			if deadline {
+			if deadline && err == nil {
 				// No deadline while the handler runs: an expired one would
 				// end the server's background read of the connection and
-				// with it the request's context. net/http lifts it itself
-				// when the body hits EOF; this keeps it so on every path.
-				// The server sets its own deadlines for the next request.
+				// with it the request's context. (net/http lifts it itself
+				// when the body hits EOF.) On the error paths it stays: after
+				// the answer net/http drains up to 256 KiB of a chunked body,
+				// and the deadline bounds how long a trickle can make that.
 				_ = rc.SetReadDeadline(time.Time{})
 			}
 			var netErr net.Error
@@ -75,11 +76,26 @@ func BufferBody(timeout time.Duration) func(http.Handler) http.Handler {
 				WriteError(w, r, Errorf(http.StatusBadRequest, CodeInvalidRequest, "could not read the request body"))
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.Body = bufferedBody{bytes.NewReader(body)}
 			r.ContentLength = int64(len(body))
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// bufferedBody is a body BufferBody has read.
+type bufferedBody struct{ *bytes.Reader }
+
+func (bufferedBody) Close() error { return nil }
+
+// bodyUnread reports whether r has a body that may still be on the wire
+// (BufferBody has not read it).
+func bodyUnread(r *http.Request) bool {
+	if r == nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return false
+	}
+	_, buffered := r.Body.(bufferedBody)
+	return !buffered
 }
 
 var errTooLarge = errors.New("body too large")

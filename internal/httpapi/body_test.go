@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
 )
 
@@ -274,4 +275,90 @@ func TestServerClosesSlowHeaders(t *testing.T) {
 	if calls.Load() != 0 {
 		t.Error("a handler ran for a request whose headers never completed")
 	}
+}
+
+// A request refused before its body is read (no token: 401; no route: 404)
+// is answered at once and its connection closed, whatever its body does:
+// net/http would otherwise read up to 256 KiB of the body before it sent
+// the answer, which a trickling body stretches to the server's
+// ReadTimeout (forever here: httptest sets none).
+func TestRefusedBeforeTheBodyAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	v, err := auth.NewVerifier(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/api", httpapi.Authenticate(v)(httpapi.BufferBody(time.Minute)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))))
+	mux.Handle("/", httpapi.NotFound())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for _, c := range []struct {
+		path string
+		want int
+	}{{"/api", http.StatusUnauthorized}, {"/nowhere", http.StatusNotFound}} {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n", c.path)
+		res, body := readResponse(t, conn, 10*time.Second)
+		if res.StatusCode != c.want {
+			t.Errorf("POST %s without end: %d %s, want %d", c.path, res.StatusCode, body, c.want)
+		}
+		if !res.Close {
+			t.Errorf("POST %s: the connection of an unread body is kept open", c.path)
+		}
+	}
+}
+
+// After a 413 for a chunked body, net/http drains up to 256 KiB more of it
+// before it closes the connection; the body deadline still bounds that, so
+// a body that turns to a trickle after the limit cannot hold the connection
+// (and its goroutine) for hours.
+func TestBufferBodyTooLargeThenTrickleIsClosed(t *testing.T) {
+	t.Parallel()
+	b := newBodyServer(t, time.Second, nil)
+	c := b.dial(t)
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+	chunk := fmt.Sprintf("%x\r\n%s\r\n", 64<<10, strings.Repeat(" ", 64<<10))
+	for sent := 0; sent <= httpapi.MaxBodyBytes; sent += 64 << 10 {
+		if _, err := io.WriteString(c, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // then one byte of a chunk every 100 ms
+		io.WriteString(c, fmt.Sprintf("%x\r\n", 1<<20)) //nolint:errcheck
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := c.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	rd := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck
+	res, err := http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body) //nolint:errcheck
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("over the limit: %d, want 413", res.StatusCode)
+	}
+	began := time.Now()
+	if _, err := io.Copy(io.Discard, rd); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("the server did not close the connection: %v", err)
+	}
+	t.Logf("closed %s after the 413", time.Since(began).Round(10*time.Millisecond))
 }
