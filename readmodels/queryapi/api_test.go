@@ -53,12 +53,21 @@ type bundleOpts struct {
 	// waits, when set, bounds each tenant's consistency waits, as strata
 	// serve does.
 	waits *httpapi.TenantLimiter
+	// private puts the database on a cluster of its own: for tests that
+	// hold a transaction open, which pauses every log reader of the
+	// cluster (other tests' too).
+	private bool
 }
 
 func setup(t *testing.T, o bundleOpts) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := testdb.New(t)
+	var d *testdb.DB
+	if o.private {
+		d = testdb.NewPrivate(t, nil).DB
+	} else {
+		d = testdb.New(t)
+	}
 	wake, progress := projections.NewSignal(), projections.NewProgress()
 	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
 	b := &bundle{t: t, d: d, store: store, progress: progress}
@@ -604,7 +613,10 @@ func TestAdminProjections(t *testing.T) {
 			<-d
 		}
 	}()
-	head, err := b.store.Head(ctx)
+	// The last committed event, not Head: Head stops below any transaction
+	// open in the cluster, such as another test's DROP DATABASE, and was
+	// then zero, which ended the wait below at once.
+	head, err := b.store.LastCommitted(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,8 @@ func TestForgedTokenRefusedAtOnce(t *testing.T) {
 // openTransaction holds a transaction with an xid open in the bundle's
 // database until the returned function commits it: no log reader reads
 // past it (the snapshot horizon), so commands committed meanwhile have
-// genuine tokens beyond eventstore Head.
+// genuine tokens beyond eventstore Head. The horizon is the cluster's: the
+// bundle must be private.
 func openTransaction(t *testing.T, b *bundle) (commit func()) {
 	t.Helper()
 	ctx := context.Background()
@@ -99,7 +100,7 @@ func openTransaction(t *testing.T, b *bundle) (commit func()) {
 // of the last committed event would answer 400 here.
 func TestGenuineTokenNotYetApplied(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bundleOpts{runners: true})
+	b := setup(t, bundleOpts{runners: true, private: true})
 	tok := token(t, "t-horizon", nil, false)
 	commit := openTransaction(t, b)
 	r := b.command(tok, "/v1/orders", map[string]string{"order_id": "o-1", "customer_id": "c-1", "currency": "EUR"})
@@ -138,7 +139,7 @@ func TestConsistencyWaitsBoundedPerTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, bundleOpts{runners: true, waits: waits})
+	b := setup(t, bundleOpts{runners: true, waits: waits, private: true})
 	tokA, tokB := token(t, "t-wa", nil, false), token(t, "t-wb", nil, false)
 	old := b.command(tokA, "/v1/orders", map[string]string{"order_id": "o-old", "customer_id": "c-1", "currency": "EUR"})
 	if res := b.do(http.MethodGet, "/v1/orders/o-old?wait=10s", tokA, nil, queryapi.ConsistencyHeader, old.Position); res.status != http.StatusOK {
