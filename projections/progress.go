@@ -65,6 +65,18 @@ func NewConsistency(q Querier, progress *Progress) *Consistency {
 // Checkpoints committed by runners of this process wake it at once; those
 // of runners elsewhere are polled, every 2ms at first, backing off to 50ms.
 func (c *Consistency) WaitFor(ctx context.Context, pos event.Position, names ...string) error {
+	return c.WaitGated(ctx, pos, nil, names...)
+}
+
+// Gate decides whether a wait may block: it is called at most once, when
+// the position is found not yet applied, before the first pause. Its error
+// ends the wait; otherwise release (if not nil) is called when the wait
+// ends. A wait that finds the position applied at once never calls it, so
+// the common read-your-writes query costs the gate nothing.
+type Gate func(ctx context.Context) (release func(), err error)
+
+// WaitGated is WaitFor with a gate (nil: none).
+func (c *Consistency) WaitGated(ctx context.Context, pos event.Position, gate Gate, names ...string) error {
 	delay := c.minPoll
 	for {
 		var advanced <-chan struct{}
@@ -90,6 +102,16 @@ func (c *Consistency) WaitFor(ctx context.Context, pos event.Position, names ...
 		}
 		if reached {
 			return nil
+		}
+		if gate != nil {
+			release, err := gate(ctx)
+			if err != nil {
+				return err
+			}
+			if release != nil {
+				defer release()
+			}
+			gate = nil
 		}
 		t := time.NewTimer(delay)
 		select {

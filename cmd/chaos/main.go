@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work directory even when every scenario passes")
 	fs.BoolVar(&cfg.Discard, "discard", false, "remove the work directory even when a scenario fails")
 	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "STRATA_LOG_LEVEL of the strata processes")
-	short := fs.Bool("short", false, "the small sizes of the test subset (R1 with two kill rounds; R11, R12 with 300 requests)")
+	short := fs.Bool("short", false, "the small sizes of the test subset (R1 with two kill rounds; R11, R12 with 300 requests; a 7 s STARVE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -41,7 +41,7 @@ var envVars = map[string]string{
 	"STRATA_RATE_COMMANDS":             "per-tenant command rate, e.g. 100/s,burst=200 (default), or unlimited",
 	"STRATA_RATE_QUERIES":              "per-tenant query rate, e.g. 500/s,burst=1000 (default), or unlimited",
 	"STRATA_RATE_OVERRIDES":            "per-tenant rates, e.g. acme:commands=500/s,burst=1000; beta:queries=10/s",
-	"STRATA_MAX_IN_FLIGHT":             "requests served at once before shedding with 503 (default 256)",
+	"STRATA_MAX_IN_FLIGHT":             "authenticated requests served at once, all tenants together, before shedding with 503 (default 256)",
 	"STRATA_PPROF_ADDR":                "serve Go's pprof profiles on this separate address, e.g. 127.0.0.1:6060 (default off)",
 	"STRATA_METRICS_ADDR":              "serve Prometheus metrics (/metrics, unauthenticated) on this separate address, e.g. :9090 (default off)",
 	"STRATA_PROJECTION_BATCH":          "most events a projection applies per transaction (default 500)",
@@ -52,6 +52,13 @@ var envVars = map[string]string{
 	"STRATA_RELAY":                     "integration-event relay of the projector role: off, sql (watermill-sql on strata's PostgreSQL) or nats (default nats when STRATA_RELAY_URL is set, else off); docs/relay.md",
 	"STRATA_RELAY_URL":                 "NATS URL of the relay, e.g. nats://nats:4222: committed events are published to NATS JetStream",
 	"STRATA_RELAY_TOPIC":               "relay topic: JetStream stream and subject prefix (default strata_events; the sql relay supports only the default)",
+
+	// What one tenant may hold of the shared capacity, and how long a body may take to arrive.
+	"STRATA_TENANT_IN_FLIGHT_COMMANDS":  "command requests one tenant may have in flight, body upload included, before 429 (default 32, or unlimited)",
+	"STRATA_TENANT_IN_FLIGHT_QUERIES":   "query and admin requests one tenant may have in flight, body upload included, before 429 (default 64, or unlimited)",
+	"STRATA_TENANT_IN_FLIGHT_WAITS":     "queries of one tenant waiting for a consistency token at once, before 429 (default 16, or unlimited)",
+	"STRATA_TENANT_IN_FLIGHT_OVERRIDES": "per-tenant in-flight limits, e.g. acme:commands=128; beta:waits=4",
+	"STRATA_BODY_TIMEOUT":               "how long a request body may take to arrive before 408 (default 5s)",
 }
 
 func (e env) str(name, def string) string {

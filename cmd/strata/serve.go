@@ -139,6 +139,7 @@ type app struct {
 	api        *mux.Router // bearer-authenticated
 	commandAPI *mux.Router // api, rate-limited as commands
 	queryAPI   *mux.Router // api, rate-limited as queries
+	waitSlot   slotGate    // a tenant's slot for a consistency wait
 	appended   *broadcast  // fires after every committed append in this process
 	env        env         // configuration, for the roles' own settings
 	metrics    *telemetry.Metrics
@@ -146,6 +147,9 @@ type app struct {
 	workers    []worker
 	readiness  []readinessCheck
 }
+
+// slotGate takes a slot for the request's tenant or refuses with the error.
+type slotGate func(*http.Request) (release func(), err error)
 
 // eventLog is what the read side needs of the event store: the global log,
 // its head and lag, where stream versions are (replay.Log: also single
@@ -276,10 +280,14 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	if err != nil {
 		return err
 	}
-	a.commandAPI = a.api.NewRoute().Subrouter()
-	a.commandAPI.Use(limiter.Middleware(httpapi.RateCommands))
-	a.queryAPI = a.api.NewRoute().Subrouter()
-	a.queryAPI.Use(limiter.Middleware(httpapi.RateQueries))
+	slots, err := newTenantLimiter(e, a.metrics)
+	if err != nil {
+		return err
+	}
+	bodyTimeout, err := e.duration("STRATA_BODY_TIMEOUT", httpapi.DefaultBodyTimeout)
+	if err != nil {
+		return err
+	}
 	maxInFlight, err := e.integer("STRATA_MAX_IN_FLIGHT", httpapi.DefaultMaxInFlight)
 	if err != nil {
 		return err
@@ -288,6 +296,14 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	if err != nil {
 		return err
 	}
+	// The shared cap is taken last: after authentication, the tenant's
+	// rate and its own slot, and once the body has arrived, so that neither
+	// unauthenticated nor slow requests (nor one tenant's many) hold it.
+	a.commandAPI = a.api.NewRoute().Subrouter()
+	a.commandAPI.Use(limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), capper.Middleware)
+	a.queryAPI = a.api.NewRoute().Subrouter()
+	a.queryAPI.Use(limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), capper.Middleware)
+	a.waitSlot = func(r *http.Request) (func(), error) { return slots.Enter(r, httpapi.SlotWaits) }
 
 	for _, w := range []struct {
 		role string
@@ -300,7 +316,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}
 
-	var handler http.Handler = httpapi.WithRequestID(httpapi.LogRequests(logger)(capper.Middleware(httpapi.Recover(a.router))))
+	var handler http.Handler = httpapi.WithRequestID(httpapi.LogRequests(logger)(httpapi.Recover(a.router)))
 	if tracing {
 		handler = otelhttp.NewHandler(handler, "http.server")
 	}
@@ -510,4 +526,35 @@ func newRateLimiter(e env, m *telemetry.Metrics) (*httpapi.RateLimiter, error) {
 		}
 	}
 	return httpapi.NewRateLimiter(cfg)
+}
+
+// newTenantLimiter builds the per-tenant in-flight limits from
+// STRATA_TENANT_IN_FLIGHT_COMMANDS, _QUERIES, _WAITS and _OVERRIDES.
+func newTenantLimiter(e env, m *telemetry.Metrics) (*httpapi.TenantLimiter, error) {
+	cfg := httpapi.TenantLimitConfig{RejectFunc: func(_ *http.Request, class httpapi.SlotClass) {
+		m.TenantInFlight.WithLabelValues(string(class)).Inc()
+	}}
+	for _, c := range []struct {
+		name  string
+		class httpapi.SlotClass
+		dst   *int
+	}{{"STRATA_TENANT_IN_FLIGHT_COMMANDS", httpapi.SlotCommands, &cfg.Commands},
+		{"STRATA_TENANT_IN_FLIGHT_QUERIES", httpapi.SlotQueries, &cfg.Queries},
+		{"STRATA_TENANT_IN_FLIGHT_WAITS", httpapi.SlotWaits, &cfg.Waits}} {
+		m.TenantInFlight.WithLabelValues(string(c.class)) // exported from zero
+		if v := e.str(c.name, ""); v != "" {
+			n, err := httpapi.ParseSlots(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+			*c.dst = n
+		}
+	}
+	if v := e.str("STRATA_TENANT_IN_FLIGHT_OVERRIDES", ""); v != "" {
+		var err error
+		if cfg.Overrides, err = httpapi.ParseSlotOverrides(v); err != nil {
+			return nil, fmt.Errorf("STRATA_TENANT_IN_FLIGHT_OVERRIDES: %w", err)
+		}
+	}
+	return httpapi.NewTenantLimiter(cfg)
 }

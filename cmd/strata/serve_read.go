@@ -62,8 +62,17 @@ func wireQuery(a *app) error {
 		Local:       rs.local,
 		ExternalLog: a.external,
 	})
+	// A token beyond the last committed event was never handed out. In
+	// PostgreSQL that is LastCommitted, not Head: Head stops below an
+	// older open transaction, and a command that committed after it has
+	// a genuine token beyond Head.
+	head := a.log.Head
+	if !a.external {
+		head = a.store.LastCommitted
+	}
 	models := readmodels.NewDB(a.appPool)
-	api := queryapi.New(models, projections.NewConsistency(a.appPool, rs.progress), monitor, queryapi.Config{})
+	api := queryapi.New(models, projections.NewConsistency(a.appPool, rs.progress), monitor,
+		queryapi.Config{Head: head, WaitSlot: a.waitSlot})
 	api.RegisterAdmin(a.queryAPI)
 	api.Register(a.queryAPI, a.mods.Queries(models)...)
 	return nil

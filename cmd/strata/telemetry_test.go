@@ -120,7 +120,7 @@ func TestOneTraceFromRequestToProjection(t *testing.T) {
 		"strata_command_duration_seconds", "strata_events_appended_total", "strata_idempotency_replays_total",
 		"strata_projection_lag_events", "strata_projection_lag_seconds", "strata_dead_letters",
 		"strata_projection_batches_total", "strata_db_pool_acquired_connections", "strata_rate_limited_total",
-		"strata_load_shed_total",
+		"strata_load_shed_total", "strata_tenant_in_flight_rejected_total",
 	} {
 		if !regexp.MustCompile(`(?m)^# TYPE ` + name + ` `).MatchString(text) {
 			t.Errorf("/metrics lacks %s", name)

@@ -368,6 +368,32 @@ func (s *Store) Head(ctx context.Context) (event.Position, error) {
 	return event.Position{Major: major, Minor: uint64(pos)}, nil
 }
 
+// LastCommitted returns the position of the newest committed event, also
+// when an older transaction is still open and Head stops short of it: no
+// append this store acknowledged is beyond it. The query API refuses
+// consistency tokens beyond it (they were never handed out); Head would
+// refuse genuine ones while a long transaction holds the horizon back.
+func (s *Store) LastCommitted(ctx context.Context) (event.Position, error) {
+	if s.projector == nil {
+		return event.Position{}, errors.New("last committed: store opened without a projector pool")
+	}
+	var tx string
+	var pos int64
+	err := s.projector.QueryRow(ctx, `SELECT tx_id::text AS tx_text, position FROM events
+		ORDER BY events.tx_id DESC, events.position DESC LIMIT 1`).Scan(&tx, &pos)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return event.Position{}, nil
+	}
+	if err != nil {
+		return event.Position{}, translate("last committed", err)
+	}
+	major, err := strconv.ParseUint(tx, 10, 64)
+	if err != nil {
+		return event.Position{}, fmt.Errorf("last committed: parse tx id: %w", err)
+	}
+	return event.Position{Major: major, Minor: uint64(pos)}, nil
+}
+
 // Lag counts the events a reader at after has not seen yet and returns the
 // recording time of the oldest of them (zero when there are none). It also
 // counts events not yet visible because an older transaction is still

@@ -20,8 +20,9 @@ const testSeed = 20261129
 
 // TestShortSubset runs the deterministic subset of the harness against a
 // freshly built strata binary: R1 with two kill rounds and light load, R11
-// and R12 with a few hundred requests each. It keeps the harness from
-// rotting; `make chaos` runs the full scenarios.
+// and R12 with a few hundred requests each, and a small tenant-starvation
+// case (STARVE). It keeps the harness from rotting; `make chaos` runs the
+// full scenarios.
 func TestShortSubset(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -16,10 +16,14 @@ const (
 	R5  = "R5"
 	R11 = "R11"
 	R12 = "R12"
+	R14 = "R14"
+	R15 = "R15"
+	// Starve: one tenant attacks with every slow request shape at once.
+	Starve = "STARVE"
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -111,6 +115,55 @@ type R12Config struct {
 	Workers int
 }
 
+// R14Config: oversized and malformed bodies.
+type R14Config struct {
+	// Requests bad requests over Workers connections at once, in turn of
+	// every kind, for at most MaxDuration.
+	Requests, Workers int
+	MaxDuration       time.Duration
+	// MaxRSSGrowth bounds the serve process's peak RSS over its RSS before.
+	MaxRSSGrowth int64
+	Victims      VictimConfig
+}
+
+// R15Config: slow headers and slow bodies.
+type R15Config struct {
+	// SlowHeaderConns connections send headers one byte every ByteEvery
+	// for Duration, reconnecting when closed; SlowBodies POSTs (spread
+	// over BodyTenants tenants) send their bodies as slowly.
+	SlowHeaderConns int
+	ByteEvery       time.Duration
+	Duration        time.Duration
+	SlowBodies      int
+	BodyTenants     int
+	// HeaderTimeout is strata's ReadHeaderTimeout; BodyTimeout is set as
+	// STRATA_BODY_TIMEOUT.
+	HeaderTimeout, BodyTimeout time.Duration
+	// After the attack the descriptors must be back at the baseline plus
+	// FDSlack within FDsBackWithin.
+	FDSlack       int
+	FDsBackWithin time.Duration
+	Victims       VictimConfig
+}
+
+// StarveConfig: one tenant attacks with every slow request shape at once.
+type StarveConfig struct {
+	Duration time.Duration
+	// The attack: never-ending chunked bodies, the same unauthenticated,
+	// slow-header connections, slow bodies, loops of forged consistency
+	// tokens with wait=10s, loops of 2 MiB bodies (every loop sends at
+	// most one request per Pace), and a flood of FloodRate commands a
+	// second (beyond the default command rate of 100/s).
+	ChunkedConns, Unauthenticated, SlowHeaderConns, SlowBodies int
+	ForgedWorkers, HugeWorkers, FloodRate                      int
+	Pace                                                       time.Duration
+	// MaxInFlight is STRATA_MAX_IN_FLIGHT; BodyTimeout STRATA_BODY_TIMEOUT;
+	// HeaderTimeout strata's ReadHeaderTimeout.
+	MaxInFlight                int
+	HeaderTimeout, BodyTimeout time.Duration
+	Victims                    VictimConfig
+}
+
 // Config is one harness run.
 type Config struct {
 	// Strata is the strata binary under test (required).
@@ -138,11 +191,14 @@ type Config struct {
 	// Out receives progress lines and the result table (default io.Discard).
 	Out io.Writer
 
-	R1  R1Config
-	R2  R2Config
-	R5  R5Config
-	R11 R11Config
-	R12 R12Config
+	R1     R1Config
+	R2     R2Config
+	R5     R5Config
+	R11    R11Config
+	R12    R12Config
+	R14    R14Config
+	R15    R15Config
+	Starve StarveConfig
 }
 
 // Full returns the configuration of `make chaos`: the sizes of the
@@ -168,12 +224,23 @@ func Full() Config {
 			MinReportedLag: 20 * time.Second, CatchUp: 5 * time.Second},
 		R11: R11Config{Requests: 10_000, Workers: 4},
 		R12: R12Config{Queries: 10_000, Workers: 4},
+		R14: R14Config{Requests: 1_000, Workers: 4, MaxDuration: 90 * time.Second, MaxRSSGrowth: 50 << 20, Victims: defaultVictims},
+		R15: R15Config{SlowHeaderConns: 300, ByteEvery: time.Second, Duration: 60 * time.Second, SlowBodies: 50, BodyTenants: 5,
+			HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second, FDSlack: 5, FDsBackWithin: 10 * time.Second, Victims: defaultVictims},
+		Starve: StarveConfig{Duration: 20 * time.Second, ChunkedConns: 150, Unauthenticated: 30, SlowHeaderConns: 100, SlowBodies: 50,
+			ForgedWorkers: 150, HugeWorkers: 2, FloodRate: 300, Pace: time.Second, MaxInFlight: 256,
+			HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second, Victims: defaultVictims},
 	}
 }
 
+// defaultVictims is the well-behaved load of R14, R15 and STARVE: 3 tenants x 2
+// clients, 20 requests a second each, p99 under 200 ms (issue 13).
+var defaultVictims = VictimConfig{Tenants: 3, Clients: 2, Every: 50 * time.Millisecond, P99: 200 * time.Millisecond}
+
 // Short returns a small configuration for `make test`: R1 with two kill
-// rounds and light load, R11 and R12 with a few hundred requests each. The
-// other scenarios keep their full sizes (the test does not run them).
+// rounds and light load, R11 and R12 with a few hundred requests each, and
+// a 7-second STARVE. R2 and R5 keep their full sizes (the test does not run
+// them); R14 and R15 get small ones for `cmd/chaos --short`.
 func Short() Config {
 	c := Full()
 	c.PGPort = 0
@@ -186,6 +253,17 @@ func Short() Config {
 	c.R1.FailpointMin, c.R1.FailpointMax, c.R1.FailpointFirst = 40, 200, 10
 	c.R11 = R11Config{Requests: 300, Workers: 2}
 	c.R12 = R12Config{Queries: 300, Workers: 2}
+	// A small starvation case: more slow requests than the shared cap
+	// (lowered to 100) and than the attacker's own limits, for longer than
+	// the body timeout.
+	c.Scenarios = append(c.Scenarios, Starve)
+	c.Starve = StarveConfig{Duration: 7 * time.Second, ChunkedConns: 50, Unauthenticated: 5, SlowHeaderConns: 20, SlowBodies: 10,
+		ForgedWorkers: 70, HugeWorkers: 1, FloodRate: 300, Pace: time.Second, MaxInFlight: 100,
+		HeaderTimeout: 5 * time.Second, BodyTimeout: 3 * time.Second,
+		Victims: VictimConfig{Tenants: 2, Clients: 1, Every: 50 * time.Millisecond, P99: 200 * time.Millisecond}}
+	c.R14 = R14Config{Requests: 80, Workers: 2, MaxDuration: 30 * time.Second, MaxRSSGrowth: 50 << 20, Victims: c.Starve.Victims}
+	c.R15 = R15Config{SlowHeaderConns: 30, ByteEvery: time.Second, Duration: 7 * time.Second, SlowBodies: 10, BodyTenants: 2,
+		HeaderTimeout: 5 * time.Second, BodyTimeout: 3 * time.Second, FDSlack: 5, FDsBackWithin: 10 * time.Second, Victims: c.Starve.Victims}
 	return c
 }
 
@@ -251,7 +329,32 @@ func (c Config) Validate() error {
 			if c.R12.Queries < 1 || c.R12.Workers < 1 {
 				errs = append(errs, errors.New("R12: want at least one query and worker"))
 			}
+		case R14:
+			if c.R14.Requests < 1 || c.R14.Workers < 1 || c.R14.MaxDuration <= 0 || c.R14.MaxRSSGrowth <= 0 {
+				errs = append(errs, errors.New("R14: want at least one request and worker, a positive duration and RSS bound"))
+			}
+			errs = append(errs, c.R14.Victims.validate(R14))
+		case R15:
+			if c.R15.SlowHeaderConns < 1 || c.R15.SlowBodies < 0 || c.R15.BodyTenants < 1 || c.R15.ByteEvery <= 0 || c.R15.Duration <= 0 ||
+				c.R15.HeaderTimeout <= 0 || c.R15.BodyTimeout <= 0 || c.R15.FDsBackWithin <= 0 {
+				errs = append(errs, errors.New("R15: want slow connections, a body tenant and positive durations"))
+			}
+			errs = append(errs, c.R15.Victims.validate(R15))
+		case Starve:
+			st := c.Starve
+			if st.Duration <= 0 || st.FloodRate < 1 || st.Pace <= 0 || st.MaxInFlight < 1 || st.HeaderTimeout <= 0 || st.BodyTimeout <= 0 ||
+				st.ChunkedConns < 0 || st.Unauthenticated < 0 || st.SlowHeaderConns < 1 || st.SlowBodies < 0 || st.ForgedWorkers < 1 || st.HugeWorkers < 0 {
+				errs = append(errs, errors.New("STARVE: want a positive duration, flood rate and cap, and attackers"))
+			}
+			errs = append(errs, st.Victims.validate(Starve))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (v VictimConfig) validate(id string) error {
+	if v.Tenants < 1 || v.Clients < 1 || v.Every <= 0 || v.P99 <= 0 {
+		return fmt.Errorf("%s victims: want at least one tenant and client, and positive durations", id)
+	}
+	return nil
 }

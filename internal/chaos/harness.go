@@ -111,6 +111,12 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runR2(ctx, r)
 		case R5:
 			err = e.runR5(ctx, r)
+		case R14:
+			err = e.runR14(ctx, r)
+		case R15:
+			err = e.runR15(ctx, r)
+		case Starve:
+			err = e.runStarve(ctx, r)
 		case R11, R12:
 			if tenancy == nil {
 				tenancy, err = e.newTenancyFixture(ctx)

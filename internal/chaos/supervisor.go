@@ -187,6 +187,22 @@ func (s *supervisor) keep(p *proc) {
 	}
 }
 
+// Pid returns the pid of process i's running incarnation (0: none).
+func (s *supervisor) Pid(i int) int {
+	p := s.procs[i]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-p.exited:
+		return 0
+	default:
+	}
+	return p.cmd.Process.Pid
+}
+
 // Kill sends SIGKILL to process i (no goodbye to the database, no
 // graceful shutdown) and returns its pid.
 func (s *supervisor) Kill(i int) int {

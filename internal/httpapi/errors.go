@@ -22,6 +22,7 @@ const (
 	CodeForbidden            = "forbidden"
 	CodeNotFound             = "not_found"
 	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeRequestTimeout       = "request_timeout"
 	CodeVersionConflict      = "version_conflict"
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeUnsupportedMediaType = "unsupported_media_type"
@@ -121,6 +122,14 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	if bodyUnread(r) {
+		// Refused before its body was read (401, 429, 404, ...): close the
+		// connection after the answer. Otherwise net/http reads up to
+		// 256 KiB of the body before it sends the answer, and a body that
+		// trickles holds the connection and hides the answer until the
+		// server's ReadTimeout.
+		w.Header().Set("Connection", "close")
 	}
 	WriteRaw(w, e.Status, ErrorBody(e.Code, e.Message))
 }

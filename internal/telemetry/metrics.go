@@ -30,6 +30,7 @@ type Metrics struct {
 	IdempotencyReplays prometheus.Counter
 	RateLimited        *prometheus.CounterVec // api
 	LoadShed           prometheus.Counter
+	TenantInFlight     *prometheus.CounterVec // class: requests refused by a tenant's in-flight limit
 	ProjectionBatches  *prometheus.CounterVec // projection
 	ProjectionEvents   *prometheus.CounterVec // projection
 
@@ -68,6 +69,9 @@ func NewMetrics() *Metrics {
 		LoadShed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_load_shed_total", Help: "Requests rejected with 503 by the in-flight cap.",
 		}),
+		TenantInFlight: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_tenant_in_flight_rejected_total", Help: "Requests rejected with 429 by a tenant's in-flight limit, by class (commands, queries, waits).",
+		}, []string{"class"}),
 		ProjectionBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_projection_batches_total", Help: "Projection batches committed, by projection.",
 		}, []string{"projection"}),
@@ -78,7 +82,7 @@ func NewMetrics() *Metrics {
 	m.pools = &poolCollector{}
 	r.MustRegister(m.pools)
 	r.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Commands, m.CommandDuration, m.EventsAppended,
-		m.IdempotencyReplays, m.RateLimited, m.LoadShed, m.ProjectionBatches, m.ProjectionEvents)
+		m.IdempotencyReplays, m.RateLimited, m.LoadShed, m.TenantInFlight, m.ProjectionBatches, m.ProjectionEvents)
 	return m
 }
 

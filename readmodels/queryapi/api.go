@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -19,9 +20,10 @@ import (
 )
 
 // Waiter waits until projections have applied a position
-// (*projections.Consistency).
+// (*projections.Consistency). The gate is asked once, before the wait
+// first blocks.
 type Waiter interface {
-	WaitFor(ctx context.Context, pos event.Position, names ...string) error
+	WaitGated(ctx context.Context, pos event.Position, gate projections.Gate, names ...string) error
 }
 
 // StatusReader reports projections (*projections.Monitor).
@@ -37,6 +39,18 @@ type Config struct {
 	// MaxWait is the most ?wait= may ask for (default 10s; the HTTP
 	// server's write timeout must be longer).
 	MaxWait time.Duration
+	// Head, when set, returns the newest position a command may have
+	// returned. A consistency token beyond it was never handed out (it is
+	// forged, or from another deployment) and is refused with 400 instead
+	// of being waited for to the end of ?wait=. It must cover every
+	// committed append, including those a log reader cannot see yet
+	// behind an older open transaction: postgres.Store.LastCommitted, not
+	// Head. strata serve always sets it.
+	Head func(ctx context.Context) (event.Position, error)
+	// WaitSlot, when set, is asked before a query blocks waiting for its
+	// consistency token; its error (a 429) refuses the wait. strata serve
+	// bounds the waits of each tenant with it.
+	WaitSlot func(r *http.Request) (release func(), err error)
 }
 
 // ConsistencyHeader carries the consistency token of a command response.
@@ -74,6 +88,7 @@ type API struct {
 	wait   Waiter
 	status StatusReader
 	cfg    Config
+	head   headBound
 }
 
 // New returns the query API.
@@ -84,7 +99,94 @@ func New(models *readmodels.DB, wait Waiter, status StatusReader, cfg Config) *A
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 10 * time.Second
 	}
-	return &API{models: models, wait: wait, status: status, cfg: cfg}
+	return &API{models: models, wait: wait, status: status, cfg: cfg, head: headBound{read: cfg.Head}}
+}
+
+// headBound answers whether a position is at most the head of the log,
+// reading the head as rarely as it can: the highest head read so far
+// answers every position at or below it, and a head read that began after
+// a request arrived answers for that request whatever its position (every
+// token the client holds came from a command that committed before it
+// sent the request). Concurrent requests share one read, so a flood of
+// forged tokens costs one read per round, not one per request.
+type headBound struct {
+	read func(ctx context.Context) (event.Position, error)
+
+	mu      sync.Mutex
+	head    event.Position // the highest head read
+	readAt  time.Time      // when the read that returned head began
+	pending *headRead      // the read under way, if any
+}
+
+type headRead struct {
+	began time.Time
+	done  chan struct{}
+	head  event.Position
+	err   error
+}
+
+// within reports whether pos <= the head of the log, for a request that
+// arrived at arrived.
+func (b *headBound) within(ctx context.Context, pos event.Position, arrived time.Time) (bool, error) {
+	for {
+		b.mu.Lock()
+		if !b.head.Less(pos) {
+			b.mu.Unlock()
+			return true, nil
+		}
+		if !b.readAt.IsZero() && b.readAt.After(arrived) {
+			b.mu.Unlock()
+			return false, nil
+		}
+		rd := b.pending
+		if rd == nil || !rd.began.After(arrived) {
+			if rd == nil {
+				rd = &headRead{began: time.Now(), done: make(chan struct{})}
+				b.pending = rd
+				go b.readHead(context.WithoutCancel(ctx), rd)
+			} else {
+				// A read that began before this request arrived cannot
+				// answer for it: wait for it to end, then start another.
+				b.mu.Unlock()
+				select {
+				case <-rd.done:
+				case <-ctx.Done():
+					return false, ctx.Err()
+				}
+				continue
+			}
+		}
+		b.mu.Unlock()
+		select {
+		case <-rd.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		if rd.err != nil {
+			return false, rd.err
+		}
+		return !rd.head.Less(pos), nil
+	}
+}
+
+// headReadTimeout bounds one read of the head (it runs detached from the
+// request that started it, which may go away).
+const headReadTimeout = 5 * time.Second
+
+func (b *headBound) readHead(ctx context.Context, rd *headRead) {
+	ctx, cancel := context.WithTimeout(ctx, headReadTimeout)
+	defer cancel()
+	rd.head, rd.err = b.read(ctx)
+	b.mu.Lock()
+	if rd.err == nil && b.head.Less(rd.head) {
+		b.head = rd.head
+	}
+	if rd.err == nil && rd.began.After(b.readAt) {
+		b.readAt = rd.began
+	}
+	b.pending = nil
+	b.mu.Unlock()
+	close(rd.done)
 }
 
 // RegisterAdmin adds the engine's own query routes (the projections'
@@ -179,9 +281,27 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, b
 		httpapi.WriteError(w, r, badRequest(ConsistencyHeader+" must be the position returned by a command"))
 		return false
 	}
+	arrived := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	err = a.wait.WaitFor(ctx, pos, behind...)
+	// Only a wait that must block is checked: a token the projections have
+	// applied already is answered at once, without reading the head.
+	gate := func(ctx context.Context) (func(), error) {
+		if a.cfg.Head != nil {
+			ok, err := a.head.within(ctx, pos, arrived)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, badRequest(ConsistencyHeader + " is beyond the newest event of the log: send the position a command returned")
+			}
+		}
+		if a.cfg.WaitSlot != nil {
+			return a.cfg.WaitSlot(r)
+		}
+		return nil, nil
+	}
+	err = a.wait.WaitGated(ctx, pos, gate, behind...)
 	switch {
 	case err == nil:
 		return true

@@ -47,6 +47,9 @@ func (e *Env) startServe(ctx context.Context, url string) (*server, error) {
 		"STRATA_RATE_COMMANDS=unlimited",
 		"STRATA_RATE_QUERIES=unlimited",
 		"STRATA_MAX_IN_FLIGHT=100000",
+		"STRATA_TENANT_IN_FLIGHT_COMMANDS=unlimited",
+		"STRATA_TENANT_IN_FLIGHT_QUERIES=unlimited",
+		"STRATA_TENANT_IN_FLIGHT_WAITS=unlimited",
 		"STRATA_LOG_LEVEL=error",
 		"STRATA_DATA_DIR="+os.TempDir(),
 	)
