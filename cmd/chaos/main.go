@@ -1,7 +1,7 @@
 // Command chaos is strata's fault harness (`make chaos`, docs/chaos.md): it
 // runs the strata binary under faults, checks the recorded history against
 // the event store and the read models, and prints a result table. It is a
-// second binary, not part of strata; the library is internal/chaos.
+// second binary, not part of strata; the library is cmd/chaos/harness.
 //
 // Exit codes: 0 every scenario passed, 1 a scenario failed (the checker
 // found a violation), 2 the harness could not run (bad flags, no
@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/strata-es/strata/internal/chaos"
+	chaos "github.com/strata-es/strata/cmd/chaos/harness"
 )
 
 func main() {

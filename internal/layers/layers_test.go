@@ -79,22 +79,16 @@ var rules = []rule{
 		Why: "readmodels reads tables; only the query API needs projections (lag and positions)"},
 	{Under: "replay", Banned: append([]string{"commands", "readmodels", "cmd"}, adapters...),
 		Why: "replay rebuilds through projections and the port"},
-	{Under: "internal", Except: []string{"internal/chaos"}, Banned: append([]string{"cmd"}, adapters...),
-		Why: "shared infrastructure does not wire concrete stores; the chaos harness stands up a whole system"},
+	{Under: "internal", Banned: append([]string{"cmd"}, adapters...),
+		Why: "shared infrastructure does not wire concrete stores (the harnesses that stand up a whole system live under cmd/)"},
 }
 
 // engineRules hold for every engine package: the engine knows no domain.
 var engineRules = func() []rule {
 	var out []rule
 	for _, under := range []string{"domain", "commands", "projections", "readmodels", "replay", "eventstore", "internal"} {
-		r := rule{Under: under, EngineOnly: true, BanModules: true,
-			Why: "the engine knows no domain (ARCHITECTURE decision 9): modules are wired in cmd/strata only"}
-		if under == "internal" {
-			// The fault harness drives the orders module from outside; it
-			// moves off internal/ with its own issue step.
-			r.Except = []string{"internal/chaos"}
-		}
-		out = append(out, r)
+		out = append(out, rule{Under: under, EngineOnly: true, BanModules: true,
+			Why: "the engine knows no domain (ARCHITECTURE decision 9): modules are wired in cmd/strata only"})
 	}
 	return out
 }()

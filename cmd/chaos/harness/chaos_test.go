@@ -1,4 +1,4 @@
-package chaos
+package harness
 
 import (
 	"bytes"
@@ -64,7 +64,7 @@ func buildStrata(ctx context.Context, t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "strata")
 	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
 	cmd := exec.CommandContext(ctx, gocmd, "build", "-o", bin, "./cmd/strata")
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = filepath.Join("..", "..", "..") // the module root, from cmd/chaos/harness
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/strata: %v\n%s", err, out)
 	}

@@ -1,4 +1,4 @@
-// Package chaos is strata's fault harness (issue 8, notes/reliability.md §5).
+// Package harness is strata's fault harness (issue 8, notes/reliability.md §5).
 //
 // It starts a private PostgreSQL (pgembed, durable settings), runs the real
 // strata binary (`strata migrate up`, `strata serve`) as child processes
@@ -23,4 +23,4 @@
 // strata's packages for plumbing (pgembed, db, auth) and for building the
 // reference read models (projections, eventstore/postgres); it derives
 // command IDs itself rather than importing commands (see commandID).
-package chaos
+package harness
