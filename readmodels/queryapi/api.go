@@ -314,13 +314,9 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, b
 	return false
 }
 
-type positionJSON struct {
-	Token string `json:"token"`
-	Major uint64 `json:"major"`
-	Minor uint64 `json:"minor"`
-}
+type positionJSON = projections.PositionView
 
-func position(p event.Position) positionJSON { return positionJSON{p.Token(), p.Major, p.Minor} }
+func position(p event.Position) positionJSON { return projections.ViewPosition(p) }
 
 type lagJSON struct {
 	Events  int64   `json:"events"`
@@ -342,10 +338,6 @@ type projectionsJSON struct {
 	Scope       string           `json:"scope"`
 	Projections []projectionJSON `json:"projections"`
 }
-
-// tenantErrorText replaces a projection's error in a tenant's view: the
-// error may be about another tenant's event and may hold database text.
-const tenantErrorText = "the projection cannot apply an event and retries it; details are in the server log and in the cross-tenant view"
 
 // auditTarget names what a cross-tenant read of this route looks at.
 const auditTarget = "GET /v1/admin/projections?scope=all"
@@ -392,10 +384,7 @@ func (a *API) adminProjections(w http.ResponseWriter, r *http.Request) {
 		j := projectionJSON{Name: p.Name, Checkpoint: position(p.Checkpoint), Head: position(p.Head),
 			Lag: lagJSON{Events: p.LagEvents, Seconds: p.LagSeconds}, Status: string(p.State)}
 		if p.State == projections.StateError {
-			msg := p.LastError
-			if scope == "tenant" || msg == "" {
-				msg = tenantErrorText
-			}
+			msg := p.VisibleError(scope == "all")
 			j.LastError = &msg
 			if !p.ErrorAt.IsZero() {
 				t := p.ErrorAt.UTC()

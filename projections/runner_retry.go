@@ -1,0 +1,103 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/internal/db"
+)
+
+// loadRetries reads which parked streams are still to be retried
+// automatically, tenant by tenant (the tenants come from the log).
+func (r *Runner) loadRetries(ctx context.Context, conn *pgx.Conn) error {
+	tenants, err := Tenants(ctx, conn)
+	if err != nil {
+		return err
+	}
+	for lo := 0; lo < len(tenants); lo += 200 {
+		b := &pgx.Batch{}
+		for _, t := range tenants[lo:min(lo+200, len(tenants))] {
+			b.Queue(db.SetTenantSQL, t)
+			b.Queue(`SELECT stream_id, next_attempt_at FROM parked_streams
+WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND next_attempt_at IS NOT NULL`, t, r.proj.Name(), r.generation).
+				Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						var stream string
+						var at time.Time
+						if err := rows.Scan(&stream, &at); err != nil {
+							return err
+						}
+						r.retries[streamKey{t, stream}] = at
+					}
+					return rows.Err()
+				})
+		}
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("read parked streams: %w", err)
+		}
+	}
+	return nil
+}
+
+// nextRetry returns how long until the next automatic retry is due.
+func (r *Runner) nextRetry() (time.Duration, bool) {
+	var next time.Time
+	for _, at := range r.retries {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return time.Until(next), !next.IsZero()
+}
+
+// retryDue retries the parked streams whose next attempt is due, each in
+// a transaction of its own on the lease session (so nothing else applies
+// the projection meanwhile). It returns an error only when the session is
+// gone.
+func (r *Runner) retryDue(ctx context.Context, conn *pgx.Conn) error {
+	if len(r.retries) == 0 {
+		return nil
+	}
+	now := time.Now()
+	for k, at := range r.retries {
+		if at.After(now) {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FinishTimeout)
+		out, err := retryStream(sctx, conn, r.proj, r.cfg.Registry, r.key, r.generation, k.tenant, k.stream, "runner", &r.cfg.Failures)
+		cancel()
+		log := r.logger.With("tenant", k.tenant, "stream", k.stream)
+		switch {
+		case errors.Is(err, ErrNotParked):
+			delete(r.retries, k)
+		case err != nil:
+			if conn.IsClosed() || db.IsUnavailable(err) {
+				return err
+			}
+			r.retries[k] = now.Add(r.cfg.Failures.Delay(1))
+			log.Warn("retry of a parked stream failed without an attempt counted; trying again later", "error", err.Error())
+		case out.Unparked:
+			delete(r.retries, k)
+			r.parkedStreams = out.parkedStreams
+			log.Info("parked stream applied on retry and unparked", "letters", len(out.Applied))
+		default:
+			r.parkedStreams = out.parkedStreams
+			f := out.Failed
+			if out.NextAttemptAt.IsZero() {
+				delete(r.retries, k)
+				log.Error("event parked for good after its last attempt; retry or discard it with `strata replay dlq`",
+					"dead_letter", f.ID, "version", f.Event.Version, "attempts", f.Attempts, "error", f.Error)
+			} else {
+				r.retries[k] = out.NextAttemptAt
+				log.Warn("retry of a parked stream failed", "dead_letter", f.ID, "version", f.Event.Version,
+					"attempt", f.Attempts, "of", r.cfg.Failures.Attempts, "error", f.Error,
+					"retry_in", time.Until(out.NextAttemptAt).Round(time.Millisecond).String())
+			}
+		}
+	}
+	return nil
+}
