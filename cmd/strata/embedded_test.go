@@ -68,24 +68,8 @@ func TestServeEmbeddedFromPrivateDirectory(t *testing.T) {
 	}
 	call := func(base, token, method, path, body string, header ...string) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		return res.StatusCode, raw
+		status, raw, _ := apiCall(t, nil, base, token, method, path, body, header...)
+		return status, raw
 	}
 
 	base, token, stop := serveOnce()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -38,24 +37,8 @@ func TestInventoryModule(t *testing.T) {
 	}
 	call := func(tenant, method, path, body string, header ...string) answer {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token(tenant))
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		a := answer{status: res.StatusCode, raw: string(raw), header: res.Header}
+		status, raw, hdr := apiCall(t, nil, base, token(tenant), method, path, body, header...)
+		a := answer{status: status, raw: string(raw), header: hdr}
 		json.Unmarshal(raw, &a.body) //nolint:errcheck
 		return a
 	}

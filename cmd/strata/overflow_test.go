@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"math/big"
 	"net/http"
 	"strings"
@@ -43,24 +42,8 @@ func TestSumsBeyondInt64(t *testing.T) {
 	}
 	call := func(method, path, body string, header ...string) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		return res.StatusCode, raw
+		status, raw, _ := apiCall(t, nil, base, tok, method, path, body, header...)
+		return status, raw
 	}
 
 	const maxAmount = "9223372036854775807"

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -37,30 +36,14 @@ func TestServeRoutesOnEscapedPath(t *testing.T) {
 	}
 	call := func(method, path, body string, header ...string) answer {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		a := answer{status: res.StatusCode, body: string(raw)}
-		if res.StatusCode >= 400 {
+		status, raw, _ := apiCall(t, client, base, tok, method, path, body, header...)
+		a := answer{status: status, body: string(raw)}
+		if status >= 400 {
 			var shape struct {
 				Error struct{ Code, Message string } `json:"error"`
 			}
 			if err := json.Unmarshal(raw, &shape); err != nil || shape.Error.Code == "" {
-				t.Fatalf("%s %s: %d without the error shape: %s", method, path, res.StatusCode, raw)
+				t.Fatalf("%s %s: %d without the error shape: %s", method, path, status, raw)
 			}
 			a.code = shape.Error.Code
 		}

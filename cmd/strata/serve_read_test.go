@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -41,24 +40,8 @@ func TestServeReadSideAcrossProcesses(t *testing.T) {
 	}
 	call := func(base, method, path, body string, header ...string) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		return res.StatusCode, raw
+		status, raw, _ := apiCall(t, nil, base, tok, method, path, body, header...)
+		return status, raw
 	}
 	readOwnWrite := func(id string) time.Duration {
 		t.Helper()
