@@ -43,6 +43,17 @@ type Line struct {
 	Adopts []Adoption
 }
 
+// EmbeddedLine returns the line name whose files are in dir of fsys (a
+// module's //go:embed migrations/*.sql, dir "migrations"). It panics on a
+// missing dir: lines are embedded at build time.
+func EmbeddedLine(name string, fsys fs.FS, dir string, adopts ...Adoption) Line {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(fmt.Sprintf("db: migration line %s: %v", name, err))
+	}
+	return Line{Name: name, FS: sub, Adopts: adopts}
+}
+
 // Adoption: Version of the adopting line is what FromLine's FromVersion
 // created when it had the checksum FromChecksum.
 type Adoption struct {
@@ -86,13 +97,7 @@ var superseded = map[int][]string{2: {legacyReadSide}}
 const LegacyReadSideChecksum = legacyReadSide
 
 // Engine is the engine's migration line.
-func Engine() Line {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	return Line{Name: EngineLineName, FS: sub}
-}
+func Engine() Line { return EmbeddedLine(EngineLineName, migrationFiles, "migrations") }
 
 // Migrations returns the line's migrations in version order. It panics on
 // a malformed line: lines are embedded at build time, and the tests of

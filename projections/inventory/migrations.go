@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"embed"
-	"io/fs"
 
 	"github.com/strata-es/strata/internal/db"
 )
@@ -11,10 +10,4 @@ import (
 var migrationFiles embed.FS
 
 // Migrations is the inventory module's migration line.
-var Migrations = func() db.Line {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	return db.Line{Name: "inventory", FS: sub}
-}()
+var Migrations = db.EmbeddedLine("inventory", migrationFiles, "migrations")
