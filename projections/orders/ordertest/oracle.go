@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/projections/projectiontest"
 )
 
 // Expected computes, without PostgreSQL, what every read-model table
@@ -120,7 +121,7 @@ func Expected(evs []Event) (string, error) {
 				continue
 			}
 			total += l.qty * l.unit
-			lines = append(lines, fmt.Sprintf("%s|%s|%d|%s|%d|%d|%s|%d", o.tenant, o.id, l.seq, l.product, l.qty, l.unit, l.currency, l.qty*l.unit))
+			lines = append(lines, fmt.Sprintf("%s|%s|%s|%d|%d|%d|%s|%d", o.tenant, o.id, l.product, l.seq, l.qty, l.unit, l.currency, l.qty*l.unit))
 		}
 		aggTotal, err := o.agg.Total()
 		if err != nil {
@@ -162,7 +163,7 @@ func Expected(evs []Event) (string, error) {
 		"customer_summaries": sums, "customer_paid_totals": totals, "customer_orders": lookup, "daily_revenue": revenue,
 	}
 	for _, table := range Tables() {
-		writeTable(&b, table, byTable[table])
+		b.WriteString(projectiontest.Table(table, byTable[table]))
 	}
 	return b.String(), nil
 }
