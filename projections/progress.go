@@ -65,7 +65,7 @@ func NewConsistency(q Querier, progress *Progress) *Consistency {
 // Checkpoints committed by runners of this process wake it at once; those
 // of runners elsewhere are polled, every 2ms at first, backing off to 50ms.
 func (c *Consistency) WaitFor(ctx context.Context, pos event.Position, names ...string) error {
-	return c.WaitGated(ctx, pos, nil, names...)
+	return c.WaitGated(ctx, 0, pos, nil, names...)
 }
 
 // Gate decides whether a wait may block: it is called at most once, when
@@ -75,9 +75,15 @@ func (c *Consistency) WaitFor(ctx context.Context, pos event.Position, names ...
 // the common read-your-writes query costs the gate nothing.
 type Gate func(ctx context.Context) (release func(), err error)
 
-// WaitGated is WaitFor with a gate (nil: none).
-func (c *Consistency) WaitGated(ctx context.Context, pos event.Position, gate Gate, names ...string) error {
+// WaitGated is WaitFor with a gate (nil: none) and a budget for the
+// waiting (0: until ctx ends). The first look at the checkpoints and the
+// gate run under ctx alone, so what they decide (applied already, or
+// refused by the gate: a token beyond the log is a 400) does not depend on
+// how short the wait is or how loaded the machine; only the waiting after
+// them is bounded by wait, and its end is context.DeadlineExceeded.
+func (c *Consistency) WaitGated(ctx context.Context, wait time.Duration, pos event.Position, gate Gate, names ...string) error {
 	delay := c.minPoll
+	budgeted := false
 	for {
 		var advanced <-chan struct{}
 		if c.progress != nil {
@@ -112,6 +118,12 @@ func (c *Consistency) WaitGated(ctx context.Context, pos event.Position, gate Ga
 				defer release()
 			}
 			gate = nil
+		}
+		if wait > 0 && !budgeted {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, wait)
+			defer cancel()
+			budgeted = true
 		}
 		t := time.NewTimer(delay)
 		select {

@@ -23,7 +23,7 @@ import (
 // (*projections.Consistency). The gate is asked once, before the wait
 // first blocks.
 type Waiter interface {
-	WaitGated(ctx context.Context, pos event.Position, gate projections.Gate, names ...string) error
+	WaitGated(ctx context.Context, wait time.Duration, pos event.Position, gate projections.Gate, names ...string) error
 }
 
 // StatusReader reports projections (*projections.Monitor).
@@ -282,8 +282,6 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, b
 		return false
 	}
 	arrived := time.Now()
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
-	defer cancel()
 	// Only a wait that must block is checked: a token the projections have
 	// applied already is answered at once, without reading the head.
 	gate := func(ctx context.Context) (func(), error) {
@@ -301,7 +299,7 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, b
 		}
 		return nil, nil
 	}
-	err = a.wait.WaitGated(ctx, pos, gate, behind...)
+	err = a.wait.WaitGated(r.Context(), wait, pos, gate, behind...)
 	switch {
 	case err == nil:
 		return true
