@@ -118,7 +118,21 @@ func (e *Env) newDatabase(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	url := e.Server.URLFor(name)
-	return url, db.Up(ctx, url, nil, modules.All().Lines()...)
+	if err := db.Up(ctx, url, nil, modules.All().Lines()...); err != nil {
+		return "", err
+	}
+	// What `strata migrate up` does besides the schema: the serving logins
+	// strata serve logs in as (without a password: the throwaway cluster
+	// trusts loopback).
+	var logins []db.Login
+	for role, user := range map[string]string{db.RoleApp: db.LoginApp, db.RoleProjector: db.LoginProjector} {
+		u, err := db.LoginURL(url, user)
+		if err != nil {
+			return "", err
+		}
+		logins = append(logins, db.Login{Role: role, URL: u})
+	}
+	return url, db.EnsureLogins(ctx, url, logins, nil)
 }
 
 type workload struct {

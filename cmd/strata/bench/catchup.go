@@ -198,13 +198,13 @@ func benchCatchUp(ctx context.Context, e *Env) ([]Result, error) {
 			return nil, err
 		}
 		strataRuns = append(strataRuns, Run{Ops: int64(l.events), Seconds: d.Seconds(), Throughput: float64(l.events) / d.Seconds()})
-		e.logf("catch-up strata run %d: %.0f events/s (all 4 projections, %d events)", i+1, strataRuns[i].Throughput, l.events)
+		e.logf("catch-up strata run %d: %.0f events/s (all %d projections, %d events)", i+1, strataRuns[i].Throughput, len(modules.All().Projections()), l.events)
 	}
 	s, r := summarize(strataRuns), summarize(rawRuns)
 	return []Result{{Workload: "projection catch-up", Concurrency: 4, Unit: "events/s", Strata: s, Raw: &r,
 		RawLabel: "batched INSERT ... ON CONFLICT, 500 rows/tx, 4 writers", Ratio: ratioOf(s, r),
 		Target: ">= 30000 events/s", Met: met(s.Median.Throughput >= 30000),
-		Note: fmt.Sprintf("%d events; every event goes through all 4 projections, the baseline writes each row once", l.events)}}, nil
+		Note: fmt.Sprintf("%d events; every event goes through all %d projections, the baseline writes each row once", l.events, len(modules.All().Projections()))}}, nil
 }
 
 // benchRebuild runs `replay rebuild --all` (the library the CLI calls) over
