@@ -151,9 +151,9 @@ type Transport struct {
 	// Match, when set, picks the requests to validate (e.g. those to one
 	// server); the others pass through unchecked.
 	Match func(*http.Request) bool
-	// Report receives each mismatch; the response still goes back to the
-	// caller, so that the test's own assertions run too.
-	Report func(error)
+	// Report receives each mismatch with its request; the response still
+	// goes back to the caller, so that the test's own assertions run too.
+	Report func(*http.Request, error)
 	// Validator checks the responses (nil: Strata()).
 	Validator *Validator
 }
@@ -180,12 +180,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	v := t.Validator
 	if v == nil {
 		if v, err = Strata(); err != nil {
-			t.Report(err)
+			t.Report(req, err)
 			return res, nil
 		}
 	}
 	if err := v.Check(req, res.StatusCode, res.Header, body); err != nil {
-		t.Report(err)
+		t.Report(req, err)
 	}
 	return res, nil
 }
@@ -198,7 +198,7 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 // against strata's document; a mismatch fails t (Errorf: the test goes on
 // to its own assertions, and calls from other goroutines are safe).
 func Client(t testing.TB) *http.Client {
-	return &http.Client{Transport: &Transport{Report: func(err error) {
+	return &http.Client{Transport: &Transport{Report: func(_ *http.Request, err error) {
 		t.Errorf("response does not match the OpenAPI document: %v", err)
 	}}}
 }

@@ -119,7 +119,7 @@ func TestTransportReports(t *testing.T) {
 	}))
 	defer srv.Close()
 	var reported []error
-	client := &http.Client{Transport: &openapitest.Transport{Report: func(err error) { reported = append(reported, err) }}}
+	client := &http.Client{Transport: &openapitest.Transport{Report: func(_ *http.Request, err error) { reported = append(reported, err) }}}
 	for _, path := range []string{"/livez", "/v1/inventory/s-1"} {
 		res, err := client.Get(srv.URL + path)
 		if err != nil {
