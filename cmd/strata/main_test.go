@@ -69,6 +69,7 @@ func startServe(t *testing.T, vars map[string]string, args ...string) (baseURL s
 			t.Fatalf("serve did not start: %s", stderr.String())
 		}
 	}
+	watchOpenAPI(t, baseURL) // every response of this server is checked against the document
 	// Collect the rest of the banner (printed right after the URL line).
 	for done := false; !done; {
 		select {

@@ -270,6 +270,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool, mods) }},
 		readinessCheck{"database_logins", pools.checkLogins})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
+	mountOpenAPI(a.router)
 	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
 	if tracing {
 		a.router.Use(telemetry.NameSpanByRoute)
@@ -348,6 +349,9 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	baseURL := "http://" + displayAddr(ln.Addr())
+	if testRouterHook != nil {
+		testRouterHook(baseURL, a.router)
+	}
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()

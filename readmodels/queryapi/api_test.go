@@ -25,6 +25,7 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/internal/openapitest"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
@@ -180,7 +181,7 @@ func (b *bundle) do(method, path, tok string, body any, header ...string) respon
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := openapitest.Client(b.t).Do(req) // every response checked against api/openapi.json
 	if err != nil {
 		b.t.Fatal(err)
 	}
