@@ -15,8 +15,8 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/strata-es/strata/api"
-	"github.com/strata-es/strata/internal/openapitest"
+	"github.com/strata-es/strata/cmd/strata/openapi"
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 
@@ -79,7 +79,7 @@ func reportMismatch(req *http.Request, err error) {
 	watchMu.Lock()
 	defer watchMu.Unlock()
 	if w, ok := watched[req.URL.Host]; ok && !w.done {
-		w.t.Errorf("response does not match api/openapi.json: %v", err)
+		w.t.Errorf("response does not match cmd/strata/openapi/openapi.json: %v", err)
 	}
 }
 
@@ -116,12 +116,12 @@ func TestOpenAPIRoutesBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	documented := documentedOperations(t, api.OpenAPI)
+	documented := documentedOperations(t, openapi.OpenAPI)
 	if len(served) < 25 {
 		t.Fatalf("walked only %d routes: %v", len(served), served)
 	}
 	if diff := compareRoutes(served, documented); len(diff) > 0 {
-		t.Errorf("the router and api/openapi.json disagree:\n%s", strings.Join(diff, "\n"))
+		t.Errorf("the router and cmd/strata/openapi/openapi.json disagree:\n%s", strings.Join(diff, "\n"))
 	}
 
 	res, err := http.Get(base + "/openapi.json")
@@ -130,8 +130,8 @@ func TestOpenAPIRoutesBothWays(t *testing.T) {
 	}
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if res.StatusCode != http.StatusOK || !bytes.Equal(body, api.OpenAPI) {
-		t.Fatalf("GET /openapi.json: %d, %d bytes; want 200 and the %d bytes of api/openapi.json", res.StatusCode, len(body), len(api.OpenAPI))
+	if res.StatusCode != http.StatusOK || !bytes.Equal(body, openapi.OpenAPI) {
+		t.Fatalf("GET /openapi.json: %d, %d bytes; want 200 and the %d bytes of cmd/strata/openapi/openapi.json", res.StatusCode, len(body), len(openapi.OpenAPI))
 	}
 }
 
@@ -176,7 +176,7 @@ func compareRoutes(served, documented map[string]string) []string {
 // TestCompareRoutesBites: a route the document lacks, an operation no
 // route serves and a renamed route each show.
 func TestCompareRoutesBites(t *testing.T) {
-	documented := documentedOperations(t, api.OpenAPI)
+	documented := documentedOperations(t, openapi.OpenAPI)
 	served := map[string]string{}
 	for k, v := range documented {
 		served[k] = v

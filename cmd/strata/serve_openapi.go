@@ -5,7 +5,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/strata-es/strata/api"
+	"github.com/strata-es/strata/cmd/strata/openapi"
 )
 
 // mountOpenAPI serves the API's OpenAPI document at /openapi.json,
@@ -15,7 +15,7 @@ func mountOpenAPI(r *mux.Router) {
 	r.HandleFunc("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Write(api.OpenAPI) //nolint:errcheck
+		w.Write(openapi.OpenAPI) //nolint:errcheck
 	}).Methods(http.MethodGet).Name("openapi")
 }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/internal/openapitest"
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )
@@ -88,7 +88,7 @@ func (b *bundle) do(t *testing.T, method, path, tok string, body string, headers
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	res, err := openapitest.Client(t).Do(req) // every response checked against api/openapi.json
+	res, err := openapitest.Client(t).Do(req) // every response checked against cmd/strata/openapi/openapi.json
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/internal/openapitest"
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
@@ -181,7 +181,7 @@ func (b *bundle) do(method, path, tok string, body any, header ...string) respon
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
-	res, err := openapitest.Client(b.t).Do(req) // every response checked against api/openapi.json
+	res, err := openapitest.Client(b.t).Do(req) // every response checked against cmd/strata/openapi/openapi.json
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/internal/openapitest"
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
@@ -56,7 +56,7 @@ func (e env) call(tok, method, path string, body any) (int, map[string]any) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := openapitest.Client(e.t).Do(req) // every response checked against api/openapi.json
+	res, err := openapitest.Client(e.t).Do(req) // every response checked against cmd/strata/openapi/openapi.json
 	if err != nil {
 		e.t.Fatal(err)
 	}

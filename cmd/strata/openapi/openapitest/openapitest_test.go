@@ -9,25 +9,25 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-es/strata/api"
-	"github.com/strata-es/strata/internal/openapitest"
+	"github.com/strata-es/strata/cmd/strata/openapi"
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 )
 
 // TestDocumentValidates loads the served document with kin-openapi's own
 // loader and validator, and shows that they do reject a broken one.
 func TestDocumentValidates(t *testing.T) {
-	doc, err := openapitest.Load(context.Background(), api.OpenAPI)
+	doc, err := openapitest.Load(context.Background(), openapi.OpenAPI)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if doc.OpenAPI != "3.1.0" || !doc.IsOpenAPI31OrLater() {
 		t.Fatalf("openapi %q: want 3.1.0", doc.OpenAPI)
 	}
-	broken := bytes.Replace(api.OpenAPI, []byte(`"#/components/schemas/OrderCommandResult"`), []byte(`"#/components/schemas/NoSuchSchema"`), 1)
+	broken := bytes.Replace(openapi.OpenAPI, []byte(`"#/components/schemas/OrderCommandResult"`), []byte(`"#/components/schemas/NoSuchSchema"`), 1)
 	if _, err := openapitest.Load(context.Background(), broken); err == nil {
 		t.Fatal("a document referring to a missing schema loaded and validated")
 	}
-	broken = bytes.Replace(api.OpenAPI, []byte(`"type": "integer"`), []byte(`"type": "int64"`), 1)
+	broken = bytes.Replace(openapi.OpenAPI, []byte(`"type": "integer"`), []byte(`"type": "int64"`), 1)
 	if _, err := openapitest.Load(context.Background(), broken); err == nil {
 		t.Fatal("a document with an unknown schema type loaded and validated")
 	}

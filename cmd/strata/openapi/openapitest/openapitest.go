@@ -26,7 +26,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
-	"github.com/strata-es/strata/api"
+	"github.com/strata-es/strata/cmd/strata/openapi"
 )
 
 // Load parses doc with kin-openapi's loader and validates it as a
@@ -62,7 +62,7 @@ func New(doc []byte) (*Validator, error) {
 	return &Validator{doc: t, router: r}, nil
 }
 
-var strata = sync.OnceValues(func() (*Validator, error) { return New(api.OpenAPI) })
+var strata = sync.OnceValues(func() (*Validator, error) { return New(openapi.OpenAPI) })
 
 // Strata returns the Validator of strata's document (package api), loaded
 // once per test binary.
