@@ -36,12 +36,19 @@ type Verdict struct {
 	// Visualization is the path of porcupine's HTML rendering of the
 	// history (partial linearizations, the illegal step), when written.
 	Visualization string
+	// Explain is, for a history that is not Ok, the end of the longest
+	// linearization porcupine found in the first partition it could not
+	// linearize: the steps after which no remaining operation can follow.
+	Explain string
 }
 
 func (v Verdict) String() string {
 	s := fmt.Sprintf("porcupine: %s (%d operations, %d partitions, checked in %s)", v.Result, v.Operations, v.Partitions, v.Elapsed.Round(time.Millisecond))
+	if v.Explain != "" {
+		s += "\n" + v.Explain
+	}
 	if v.Visualization != "" {
-		s += "; visualisation: " + v.Visualization
+		s += "\nvisualisation: " + v.Visualization
 	}
 	return s
 }
@@ -52,9 +59,14 @@ func (v Verdict) String() string {
 func Check(model porcupine.Model, ops []porcupine.Operation, timeout time.Duration, dir, name string, always bool) (Verdict, error) {
 	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
-	v := Verdict{Result: res, Operations: len(ops), Elapsed: time.Since(start)}
+	v := Verdict{Result: res, Operations: len(ops), Elapsed: time.Since(start), Partitions: 1}
+	parts := [][]porcupine.Operation{ops}
 	if model.Partition != nil {
-		v.Partitions = len(model.Partition(ops))
+		parts = model.Partition(ops)
+		v.Partitions = len(parts)
+	}
+	if res != porcupine.Ok {
+		v.Explain = explain(model, parts, info)
 	}
 	if res == porcupine.Ok && !always {
 		return v, nil
@@ -95,6 +107,49 @@ func Require(t T, model porcupine.Model, ops []porcupine.Operation, timeout time
 	}
 	t.Logf("%v", v)
 	return v
+}
+
+// explain describes the first partition without a full linearization.
+func explain(model porcupine.Model, parts [][]porcupine.Operation, info porcupine.LinearizationInfo) string {
+	describe := model.DescribeOperation
+	if describe == nil {
+		describe = func(in, out any) string { return fmt.Sprintf("%v -> %v", in, out) }
+	}
+	for p, partials := range info.PartialLinearizationsOperations() {
+		if p >= len(parts) {
+			break
+		}
+		var longest []porcupine.Operation
+		for _, l := range partials {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+		if len(longest) == len(parts[p]) {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "partition %d (%d operations): the longest linearization places %d; it ends", p, len(parts[p]), len(longest))
+		from := max(0, len(longest)-4)
+		for _, op := range longest[from:] {
+			fmt.Fprintf(&b, "\n  c%d: %s", op.ClientId, describe(op.Input, op.Output))
+		}
+		b.WriteString("\n  and cannot go on with any of the operations left, the first of which are")
+		placed := map[[2]int64]bool{}
+		for _, op := range longest {
+			placed[[2]int64{op.Call, op.Return}] = true
+		}
+		shown := 0
+		for _, op := range parts[p] {
+			if placed[[2]int64{op.Call, op.Return}] || shown == 3 {
+				continue
+			}
+			fmt.Fprintf(&b, "\n  c%d: %s", op.ClientId, describe(op.Input, op.Output))
+			shown++
+		}
+		return b.String()
+	}
+	return ""
 }
 
 func fileName(name string) string {

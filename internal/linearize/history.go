@@ -1,6 +1,7 @@
 package linearize
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -51,11 +52,23 @@ func (h *history) ret(c Call, output any) {
 // commit the server finishes after the client gave up), so porcupine is
 // told it returned at the end of the history.
 func (h *history) indeterminate(c Call, output any) {
+	t := h.clock.Add(1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ops[c].Output = output
+	// The real return is kept as metadata: the visualisation shows it,
+	// and a test can show what treating it as the return would do.
+	h.ops[c].Metadata = Returned(t)
 	h.info[c] = true
 	delete(h.open, c)
+}
+
+// Returned is the metadata of an indeterminate operation: when its caller
+// gave up on it (the history places its return at the end).
+type Returned int64
+
+func (r Returned) String() string {
+	return fmt.Sprintf("outcome unknown; the caller gave up at t=%d", int64(r))
 }
 
 // forget leaves c out of the history: a read whose answer was lost has no

@@ -215,6 +215,10 @@ func TestIllegalHistoryIsVisualised(t *testing.T) {
 	r.ReturnAppend(a, eventstore.AppendResult{LastVersion: 1}, nil)
 	r.ReturnAppend(b, eventstore.AppendResult{LastVersion: 2}, nil)
 	v := check(t, StreamModel, r.Operations(), porcupine.Illegal)
+	t.Log(v)
+	if !strings.Contains(v.Explain, "a1: append(expected 0, 1 events) -> ok v2") {
+		t.Fatalf("the explanation does not name the operation that cannot be placed: %s", v.Explain)
+	}
 	if v.Visualization == "" || !strings.Contains(v.String(), v.Visualization) {
 		t.Fatalf("verdict %v names no visualisation", v)
 	}
@@ -227,4 +231,36 @@ func TestIllegalHistoryIsVisualised(t *testing.T) {
 	if !strings.Contains(string(html), strings.Trim(string(want), `"`)) {
 		t.Fatalf("visualisation %s does not show the operations", v.Visualization)
 	}
+}
+
+// TestIndeterminateReturnsAtTheEnd: an append whose caller gave up can
+// still commit afterwards (the driver's cancel request is best effort:
+// it may arrive after the server has committed, or never, across a
+// partition). Recorded with its return at the end of the history, a read
+// that misses it and a later read that sees it are linearizable; with its
+// return where its caller gave up, porcupine would call the same run
+// illegal. Returned keeps the caller's moment, so this can be shown.
+func TestIndeterminateReturnsAtTheEnd(t *testing.T) {
+	var r StreamRecorder
+	a := r.CallAppend(0, req("s", eventstore.Any, "e1"))
+	r.ReturnAppend(a, eventstore.AppendResult{}, errors.New("context canceled"))
+	c := r.CallRead(1, "t", "s")
+	r.ReturnRead(c, nil, nil)
+	d := r.CallRead(1, "t", "s")
+	r.ReturnRead(d, recs("e1"), nil)
+	ops := r.Operations()
+	check(t, StreamModel, ops, porcupine.Ok)
+	naive := make([]porcupine.Operation, len(ops))
+	copy(naive, ops)
+	moved := 0
+	for i, op := range naive {
+		if ret, ok := op.Metadata.(Returned); ok {
+			naive[i].Return = int64(ret)
+			moved++
+		}
+	}
+	if moved != 1 {
+		t.Fatalf("%d operations carry their caller's return, want 1", moved)
+	}
+	check(t, StreamModel, naive, porcupine.Illegal)
 }
