@@ -264,3 +264,45 @@ func TestIndeterminateReturnsAtTheEnd(t *testing.T) {
 	}
 	check(t, StreamModel, naive, porcupine.Illegal)
 }
+
+// TestStreamOperationsFromALog: a history logged with its own timestamps,
+// as the fault harness keeps one (commands without If-Match are appends
+// with Any; rejections appended nothing; a final read of the stream).
+func TestStreamOperationsFromALog(t *testing.T) {
+	cmd := func(client int, call, ret int64, id string, out Outcome, last int64) AppendRecord {
+		return AppendRecord{Client: client, Call: call, Return: ret, Tenant: "t", Stream: "order-1", Expected: eventstore.Any, EventIDs: []string{id}, Outcome: out, Last: last}
+	}
+	final := func(ids ...string) ReadRecord {
+		return ReadRecord{Client: 9, Call: 100, Return: 101, Tenant: "t", Stream: "order-1", Records: recs(ids...)}
+	}
+	cases := []struct {
+		name    string
+		appends []AppendRecord
+		read    ReadRecord
+		want    porcupine.CheckResult
+	}{
+		{"ok, rejected and indeterminate commands", []AppendRecord{
+			cmd(0, 1, 5, "e1", OK, 1),
+			cmd(1, 2, 6, "e2", Rejected, 0),
+			cmd(2, 3, 7, "e3", Indeterminate, 0), // committed
+			cmd(3, 8, 9, "e4", OK, 3),
+			cmd(4, 10, 11, "e5", Indeterminate, 0), // did not
+		}, final("e1", "e3", "e4"), porcupine.Ok},
+		{"two commands given one version", []AppendRecord{
+			cmd(0, 1, 5, "e1", OK, 1),
+			cmd(1, 2, 6, "e2", OK, 1),
+		}, final("e1", "e2"), porcupine.Illegal},
+		{"an acknowledged command missing from the stream", []AppendRecord{
+			cmd(0, 1, 5, "e1", OK, 1),
+			cmd(1, 6, 7, "e2", OK, 2),
+		}, final("e1"), porcupine.Illegal},
+		{"a rejected command's event in the stream", []AppendRecord{
+			cmd(0, 1, 5, "e1", Rejected, 0),
+		}, final("e1"), porcupine.Illegal},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, StreamModel, StreamOperations(tc.appends, []ReadRecord{tc.read}), tc.want)
+		})
+	}
+}

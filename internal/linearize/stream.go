@@ -26,6 +26,10 @@ const (
 	// context, connection error, a lost acknowledgement): the events may
 	// or may not be in the stream.
 	Indeterminate
+	// Rejected: definitely nothing appended, for a reason the model does
+	// not judge (a business rule said no after the command read the
+	// stream). Legal in any state; changes nothing.
+	Rejected
 )
 
 func (o Outcome) String() string {
@@ -34,6 +38,8 @@ func (o Outcome) String() string {
 		return "ok"
 	case Conflict:
 		return "conflict"
+	case Rejected:
+		return "rejected"
 	}
 	return "indeterminate"
 }
@@ -89,6 +95,8 @@ func seenEntry(version int64, op int) string {
 //     the versions after it.
 //   - append(expected, n) -> conflict: legal only if the version does not
 //     satisfy expected; nothing changes (Any is never a conflict).
+//   - append(expected, n) -> rejected: legal in any state; nothing
+//     changes (a rule said no: the model judges versions, not rules).
 //   - append(expected, n) -> indeterminate: legal either way; applied if
 //     expected is satisfied at the point the checker places it. This is
 //     complete: an indeterminate append that took effect is placed where
@@ -127,6 +135,8 @@ var StreamModel = porcupine.Model{
 				return true, s.with(in.Op, in.N)
 			case Conflict:
 				return !ok, s
+			case Rejected:
+				return true, s
 			default:
 				if ok {
 					return true, s.with(in.Op, in.N)
@@ -227,20 +237,9 @@ func (r *StreamRecorder) ReturnRead(c Call, recs []event.Record, err error) {
 		return
 	}
 	r.mu.Lock()
-	var b strings.Builder
-	for _, rec := range recs {
-		op, ok := r.owners[rec.ID]
-		if !ok {
-			op = -1
-		}
-		b.WriteString(seenEntry(rec.Version, op))
-	}
+	out := seen(recs, r.owners)
 	r.mu.Unlock()
-	var last int64
-	if n := len(recs); n > 0 {
-		last = recs[n-1].Version
-	}
-	r.h.ret(c, StreamState{Version: last, Seen: b.String()})
+	r.h.ret(c, out)
 }
 
 // Operations returns the recorded history for StreamModel. Operations
