@@ -14,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/storetest"
 	"github.com/strata-es/strata/internal/db"
@@ -101,8 +102,10 @@ const linTenant = "t-lin"
 // reads. Operation 4 of every twenty, if an append, is cancelled
 // mid-flight and operation 14 loses its acknowledgement (1 in 20 each:
 // every indeterminate operation stays open to the end of the history, and
-// the checker's search grows with how many are open at once). A final
-// read of each stream closes the history.
+// the checker's search grows with how many are open at once). Once all
+// are done, an acknowledged append with Any and a read of each stream
+// close the history (so a read that misses an acknowledged event is
+// certain to be caught, whatever the interleaving before).
 func runStreamWorkload(t *testing.T, store eventstore.Store, w streamWorkload) (*linearize.StreamRecorder, *streamRun) {
 	t.Helper()
 	rec := &linearize.StreamRecorder{}
@@ -200,6 +203,13 @@ func runStreamWorkload(t *testing.T, store eventstore.Store, w streamWorkload) (
 	stored := map[string]bool{}
 	for s := 0; s < w.streams; s++ {
 		stream := fmt.Sprintf("lin-%d", s)
+		req := eventstore.AppendRequest{Tenant: linTenant, Stream: stream, Expected: eventstore.Any, Events: linEvents(1)}
+		a := rec.CallAppend(w.clients, req)
+		res, err := store.Append(context.Background(), req)
+		rec.ReturnAppend(a, res, err)
+		if err != nil {
+			t.Fatalf("closing append to %s: %v", stream, err)
+		}
 		c := rec.CallRead(w.clients, linTenant, stream)
 		recs, err := store.ReadStream(context.Background(), linTenant, stream, 0)
 		rec.ReturnRead(c, recs, err)
@@ -281,21 +291,37 @@ func (s ackRolledBack) Append(ctx context.Context, req eventstore.AppendRequest)
 	return res, err
 }
 
+// staleRead is a broken store: its reads miss a stream's newest event,
+// as a read from a lagging replica or a cache not invalidated would.
+type staleRead struct{ eventstore.Store }
+
+func (s staleRead) ReadStream(ctx context.Context, tenant, stream string, after int64) ([]event.Record, error) {
+	recs, err := s.Store.ReadStream(ctx, tenant, stream, after)
+	if n := len(recs); n > 0 {
+		recs = recs[:n-1]
+	}
+	return recs, err
+}
+
 // TestStreamCheckerBites: the same workload over deliberately broken
-// stores must give histories porcupine calls illegal. The opening race
-// makes it certain, whatever the interleaving: every goroutine appends
-// with Exact(0) at once, and more than one of them is acknowledged.
+// stores must give histories porcupine calls illegal. It is certain,
+// whatever the interleaving: every goroutine first appends with Exact(0)
+// at once, and more than one of them is acknowledged (the first two
+// stores); the closing read follows an acknowledged append it misses
+// (the third).
 func TestStreamCheckerBites(t *testing.T) {
-	store := linStore(t)
 	for _, tc := range []struct {
-		name  string
-		store eventstore.Store
+		name string
+		wrap func(*Store) eventstore.Store
 	}{
-		{"no expected-version check", noOCC{store}},
-		{"acknowledges a rolled-back append", ackRolledBack{store}},
+		{"no expected-version check", func(s *Store) eventstore.Store { return noOCC{s} }},
+		{"acknowledges a rolled-back append", func(s *Store) eventstore.Store { return ackRolledBack{s} }},
+		{"reads miss the newest event", func(s *Store) eventstore.Store { return staleRead{s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec, run := runStreamWorkload(t, tc.store, streamWorkload{streams: 1, clients: 8, ops: 20, seed: 19})
+			// A database of its own: the streams start empty.
+			store := tc.wrap(linStore(t))
+			rec, run := runStreamWorkload(t, store, streamWorkload{streams: 1, clients: 8, ops: 20, seed: 19})
 			dir := os.Getenv(linearize.OutputDirEnv)
 			if dir == "" {
 				dir = t.TempDir()

@@ -165,14 +165,25 @@ var StreamModel = porcupine.Model{
 			return fmt.Sprintf("a%d: append(expected %s, %d events) -> %s", in.Op, in.Expected, in.N, res)
 		case ReadInput:
 			out := output.(StreamState)
-			return fmt.Sprintf("read() -> v%d [%s]", out.Version, strings.TrimSpace(out.Seen))
+			return fmt.Sprintf("read() -> v%d [%s]", out.Version, abbreviate(out.Seen))
 		}
 		return fmt.Sprintf("%v -> %v", input, output)
 	},
 	DescribeState: func(state any) string {
 		s := state.(StreamState)
-		return fmt.Sprintf("v%d [%s]", s.Version, strings.TrimSpace(s.Seen))
+		return fmt.Sprintf("v%d [%s]", s.Version, abbreviate(s.Seen))
 	},
+}
+
+// abbreviate keeps the first 3 and the last 8 versions of a long stream:
+// a failure is usually at its end, and a description of hundreds of
+// versions hides it.
+func abbreviate(seen string) string {
+	f := strings.Fields(seen)
+	if len(f) <= 12 {
+		return strings.Join(f, " ")
+	}
+	return strings.Join(f[:3], " ") + " … " + strings.Join(f[len(f)-8:], " ")
 }
 
 // StreamRecorder records appends and reads of streams from many
