@@ -1,6 +1,8 @@
 package linearize
 
 import (
+	"strings"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/strata-es/strata/domain/event"
@@ -13,9 +15,10 @@ import (
 // for StreamModel, so the harness need not record through
 // StreamRecorder.
 //
-// Timestamps must come from one monotonic clock (time.Time's monotonic
-// reading, as UnixNano of times taken in one process, is not enough
-// across processes; use the harness's own clock). A command sent without
+// Timestamps must agree with real time across the whole log: take them
+// in the harness's one process from its monotonic clock, e.g. as
+// time.Since of one start time, not as UnixNano (the wall clock can step
+// and would order a return before its call). A command sent without
 // If-Match is an append with eventstore.Any: the handler retries
 // conflicts, so its expectation is the stream as it finds it.
 
@@ -78,14 +81,15 @@ func StreamOperations(appends []AppendRecord, reads []ReadRecord) []porcupine.Op
 
 // seen renders what a read saw, naming each event's append.
 func seen(recs []event.Record, owners map[string]int) StreamState {
-	var s StreamState
+	var b strings.Builder
+	var last int64
 	for _, rec := range recs {
 		op, ok := owners[rec.ID]
 		if !ok {
 			op = -1
 		}
-		s.Seen += seenEntry(rec.Version, op)
-		s.Version = rec.Version
+		b.WriteString(seenEntry(rec.Version, op))
+		last = rec.Version
 	}
-	return s
+	return StreamState{Version: last, Seen: b.String()}
 }
