@@ -136,6 +136,8 @@ func (e *env) finish(ctx context.Context, r *Result, s *loadScenario, catchUpFro
 	}
 	v := checkHistory(ops, events)
 	addHistoryCriteria(r, v)
+	lv, err := checkLinearizable(ops, events, "chaos-"+r.Scenario)
+	addLinearizableCriterion(r, lv, err)
 	bad, examples, err := checkIdempotencyRecords(ctx, s.url, ops)
 	if err != nil {
 		return err
