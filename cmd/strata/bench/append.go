@@ -80,7 +80,7 @@ func benchAppend(ctx context.Context, e *Env) ([]Result, error) {
 			return nil, err
 		}
 		store := postgres.New(app, nil)
-		var strataRuns, rawRuns []Run
+		var strataRuns, rawRuns, wmRuns, batchRuns []Run
 		for i := 0; i < e.cfg.Runs; i++ {
 			// Alternate the variants so drift on a shared machine hits both.
 			parts := partition(writers)
@@ -114,6 +114,14 @@ func benchAppend(ctx context.Context, e *Env) ([]Result, error) {
 				return err
 			}))
 			e.logf("append strata  writers=%-2d run %d: %.0f events/s p99 %.2f ms", writers, i+1, strataRuns[i].Throughput, strataRuns[i].P99ms)
+			wm, err := watermillRuns(ctx, e, raw, writers, i)
+			if err != nil {
+				app.Close()
+				raw.Close()
+				return nil, err
+			}
+			wmRuns = append(wmRuns, wm)
+			batchRuns = append(batchRuns, batchedRuns(ctx, e, raw, writers, i))
 		}
 		app.Close()
 		raw.Close()
@@ -125,6 +133,20 @@ func benchAppend(ctx context.Context, e *Env) ([]Result, error) {
 			res.Met = met(res.Ratio >= 0.8)
 		}
 		results = append(results, res)
+		wm, batch := summarize(wmRuns), summarize(batchRuns)
+		peer := Result{Workload: "append vs watermill-sql", Concurrency: writers, Unit: "events/s", Strata: s, Raw: &wm,
+			RawLabel: "watermill-sql PostgreSQL publisher, one event per publish", Ratio: ratioOf(s, wm)}
+		if writers == 8 {
+			peer.Target = ">= 3x watermill-sql"
+			peer.Met = met(peer.Ratio >= 3)
+		}
+		ceiling := Result{Workload: "append vs 10-per-tx", Concurrency: writers, Unit: "events/s", Strata: s, Raw: &batch,
+			RawLabel: "raw INSERT of 10 events per transaction (the group-commit ceiling)", Ratio: ratioOf(s, batch)}
+		if writers == 32 {
+			ceiling.Target = ">= 0.8x ceiling"
+			ceiling.Met = met(ceiling.Ratio >= 0.8)
+		}
+		results = append(results, peer, ceiling)
 	}
 	return results, nil
 }
