@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -34,19 +35,25 @@ func TestAppendWorkloadWithPGStats(t *testing.T) {
 	if got := rep.PostgreSQL["shared_preload_libraries"]; got != "pg_stat_statements" {
 		t.Errorf("settings in the report: shared_preload_libraries = %q, want pg_stat_statements", got)
 	}
-	var writers []int
+	var writers []string
 	for _, r := range rep.Results {
-		writers = append(writers, r.Concurrency)
+		writers = append(writers, fmt.Sprintf("%s/%d", r.Workload, r.Concurrency))
 		if r.Strata.Median.Throughput <= 0 || r.Raw == nil || r.Raw.Median.Throughput <= 0 || r.Ratio <= 0 {
 			t.Errorf("append at %d writers: strata %+v raw %+v ratio %v: want positive measurements",
 				r.Concurrency, r.Strata.Median, r.Raw, r.Ratio)
 		}
-		if r.Strata.Median.Errors > 0 {
-			t.Errorf("append at %d writers: %d failed appends", r.Concurrency, r.Strata.Median.Errors)
+		if r.Strata.Median.Errors > 0 || r.Raw != nil && r.Raw.Median.Errors > 0 {
+			t.Errorf("%s at %d writers: %d failed appends, %d failed baseline operations", r.Workload, r.Concurrency, r.Strata.Median.Errors, r.Raw.Median.Errors)
 		}
 	}
-	if len(writers) != 3 || writers[0] != 1 || writers[1] != 8 || writers[2] != 32 {
-		t.Errorf("append results for writers %v, want [1 8 32]", writers)
+	var want []string
+	for _, n := range []int{1, 8, 32} {
+		for _, w := range []string{"append", "append vs watermill-sql", "append vs 10-per-tx"} {
+			want = append(want, fmt.Sprintf("%s/%d", w, n))
+		}
+	}
+	if strings.Join(writers, ",") != strings.Join(want, ",") {
+		t.Errorf("append results %v, want %v", writers, want)
 	}
 	out := progress.String()
 	for _, want := range []string{"pg_stat_statements, append: top 5", "INSERT INTO public.raw_events", "WITH cur AS"} {
