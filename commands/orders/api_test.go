@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/orders"
@@ -23,7 +24,6 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )

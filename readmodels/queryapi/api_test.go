@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	cmdorders "github.com/strata-es/strata/commands/orders"
@@ -25,7 +26,6 @@ import (
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
