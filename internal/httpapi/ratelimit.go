@@ -172,37 +172,18 @@ func (t TenantRates) get(c RateClass) *Rate {
 //	tenant-a:commands=500/s,burst=1000; tenant-a:queries=unlimited; tenant-b:queries=10/s
 func ParseRateOverrides(s string) (map[domain.TenantID]TenantRates, error) {
 	out := map[domain.TenantID]TenantRates{}
-	for i, entry := range strings.Split(s, ";") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		fail := func(format string, args ...any) error {
-			return fmt.Errorf("override %d %q: %s", i+1, entry, fmt.Sprintf(format, args...))
-		}
-		tenantPart, setting, ok := strings.Cut(entry, ":")
-		if !ok {
-			return nil, fail("want <tenant>:<class>=<rate>, e.g. tenant-a:commands=500/s,burst=1000")
-		}
-		tenant, err := domain.ParseTenantID(strings.TrimSpace(tenantPart))
-		if err != nil {
-			return nil, fail("tenant %q must match [a-z0-9-]{1,63}", strings.TrimSpace(tenantPart))
-		}
-		classPart, ratePart, ok := strings.Cut(setting, "=")
-		if !ok {
-			return nil, fail("want <class>=<rate> after the tenant")
-		}
-		class := RateClass(strings.TrimSpace(classPart))
+	err := parseOverrides(s, "rate", "tenant-a:commands=500/s,burst=1000", func(tenant domain.TenantID, c, value string) error {
+		class := RateClass(c)
 		if class != RateCommands && class != RateQueries {
-			return nil, fail("class %q must be commands or queries", class)
+			return fmt.Errorf("class %q must be commands or queries", class)
 		}
-		r, err := ParseRate(ratePart)
+		r, err := ParseRate(value)
 		if err != nil {
-			return nil, fail("%v", err)
+			return err
 		}
 		tr := out[tenant]
 		if tr.get(class) != nil {
-			return nil, fail("%s of %s is set twice", class, tenant)
+			return fmt.Errorf("%s of %s is set twice", class, tenant)
 		}
 		if class == RateCommands {
 			tr.Commands = &r
@@ -210,6 +191,10 @@ func ParseRateOverrides(s string) (map[domain.TenantID]TenantRates, error) {
 			tr.Queries = &r
 		}
 		out[tenant] = tr
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

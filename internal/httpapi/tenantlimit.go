@@ -90,40 +90,25 @@ func ParseSlots(s string) (int, error) {
 //	acme:commands=128; acme:waits=unlimited; beta:queries=8
 func ParseSlotOverrides(s string) (map[domain.TenantID]TenantSlots, error) {
 	out := map[domain.TenantID]TenantSlots{}
-	for i, entry := range strings.Split(s, ";") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		fail := func(format string, args ...any) error {
-			return fmt.Errorf("override %d %q: %s", i+1, entry, fmt.Sprintf(format, args...))
-		}
-		tenantPart, setting, ok := strings.Cut(entry, ":")
-		if !ok {
-			return nil, fail("want <tenant>:<class>=<limit>, e.g. tenant-a:commands=64")
-		}
-		tenant, err := domain.ParseTenantID(strings.TrimSpace(tenantPart))
-		if err != nil {
-			return nil, fail("tenant %q must match [a-z0-9-]{1,63}", strings.TrimSpace(tenantPart))
-		}
-		classPart, limitPart, ok := strings.Cut(setting, "=")
-		if !ok {
-			return nil, fail("want <class>=<limit> after the tenant")
-		}
-		class := SlotClass(strings.TrimSpace(classPart))
+	err := parseOverrides(s, "limit", "tenant-a:commands=64", func(tenant domain.TenantID, c, value string) error {
+		class := SlotClass(c)
 		if class != SlotCommands && class != SlotQueries && class != SlotWaits {
-			return nil, fail("class %q must be commands, queries or waits", class)
+			return fmt.Errorf("class %q must be commands, queries or waits", class)
 		}
-		n, err := ParseSlots(limitPart)
+		n, err := ParseSlots(value)
 		if err != nil {
-			return nil, fail("%v", err)
+			return err
 		}
 		ts := out[tenant]
 		if ts.get(class) != 0 {
-			return nil, fail("%s of %s is set twice", class, tenant)
+			return fmt.Errorf("%s of %s is set twice", class, tenant)
 		}
 		ts.set(class, n)
 		out[tenant] = ts
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
