@@ -41,7 +41,7 @@ type rule struct {
 // module is covered by being where modules live.
 var (
 	moduleRoots = []string{"domain", "commands", "projections", "readmodels"}
-	engineSubs  = []string{"domain/event", "commands/commandapi", "commands/commandtest",
+	engineSubs  = []string{"domain/event", "commands/commandapi", "commands/commandtest", "commands/process",
 		"projections/relay", "projections/projectiontest", "readmodels/queryapi"}
 )
 

@@ -1,0 +1,224 @@
+// Package process is the engine's process-manager runtime (ARCHITECTURE
+// decision 10): a coordinator with explicit state per instance, keyed by a
+// correlation, that consumes the global log like a projection and, on each
+// input, decides its new state, the commands it issues, the external effects
+// it intends and the deadlines it sets or cancels.
+//
+// The instance's state, its outgoing commands and intents (an outbox), its
+// deadlines and the process's checkpoint commit in one transaction. A
+// dispatcher executes outgoing commands against aggregates with a
+// deterministic idempotency key (process, instance, step), so a re-dispatch
+// after a crash is applied once; an intent is executed through a Port with
+// the same kind of key (intent-then-execute). Each outcome, and each fired
+// deadline, comes back to the instance as an Input, decided and committed in
+// the transaction that records it. A step that keeps failing parks the
+// instance (never the whole process) in the dead-letter store.
+//
+// The package knows no domain: a module describes its process with a
+// Definition and binds the commands it issues with Bind.
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
+)
+
+// Definition describes one process manager whose instances hold state S.
+// S must round-trip through encoding/json: it is stored as JSON.
+type Definition[S any] struct {
+	// Name is the process's stable identity: the key of its checkpoint, its
+	// lease, its dead letters and the prefix of its idempotency keys.
+	// Lower-case [a-z][a-z0-9_]*, distinct from every projection's name.
+	Name string
+	// EventTypes are the log events the process consumes. Others advance
+	// its checkpoint without being decoded.
+	EventTypes []string
+	// Correlate names the instance an event belongs to: its ID and the
+	// stream whose events it follows (the dead-letter store parks by
+	// stream). ok false: the event is not for this process.
+	Correlate func(ev Event) (instance string, stream string, ok bool)
+	// Decide is the process itself, pure: given the instance's state
+	// (exists false and the zero S for an instance not seen yet) and one
+	// input, it returns the decision. An error is a bug or a poison input:
+	// the instance is parked, the decision discarded. Decide must be
+	// deterministic: the same state and input give the same decision.
+	Decide func(state S, exists bool, in Input) (Decision[S], error)
+}
+
+// Event is a log event as a process sees it: the stored record and its
+// decoded payload.
+type Event struct {
+	event.Record
+	Payload event.Payload
+}
+
+// InputKind says which field of an Input is set.
+type InputKind string
+
+const (
+	// InputEvent: an event of the global log (Input.Event).
+	InputEvent InputKind = "event"
+	// InputOutcome: the outcome of a command or intent the instance issued
+	// (Input.Outcome).
+	InputOutcome InputKind = "outcome"
+	// InputTimeout: a deadline the instance set has fired (Input.Timeout).
+	InputTimeout InputKind = "timeout"
+)
+
+// Input is one thing that happened to an instance.
+type Input struct {
+	Kind     InputKind
+	Instance string
+	Tenant   domain.TenantID
+	// At is when the input was recorded (the event's recording time, the
+	// outcome's or the firing's commit clock). Decide uses it instead of
+	// the wall clock, so that it stays deterministic.
+	At      time.Time
+	Event   *Event
+	Outcome *Outcome
+	Timeout *Timeout
+}
+
+// Outcome is the definite result of one step the instance issued.
+type Outcome struct {
+	// Step is the step's key as the decision named it.
+	Step string
+	// Kind is StepCommand or StepIntent; Name the command's or port's name.
+	Kind StepKind
+	Name string
+	// OK: the command was applied (or was already in effect) or the intent
+	// succeeded. !OK: a definite refusal (a domain rule said no, the
+	// provider declined); Reason says why.
+	OK     bool
+	Reason string
+	// Result is what the command or port answered (JSON), e.g. the stream
+	// version a command reached or a provider's reference.
+	Result json.RawMessage
+}
+
+// Timeout is a fired deadline.
+type Timeout struct {
+	Name string
+	Due  time.Time
+}
+
+// StepKind distinguishes outgoing commands from intents.
+type StepKind string
+
+const (
+	StepCommand StepKind = "command"
+	StepIntent  StepKind = "intent"
+)
+
+// Decision is what Decide returns for one input.
+type Decision[S any] struct {
+	// State is the instance's new state (stored even when unchanged).
+	State S
+	// Status labels the state for operators and metrics ("reserving",
+	// "awaiting_payment", "completed"): lower-case [a-z_].
+	Status string
+	// Done marks the state as terminal: later inputs are still recorded in
+	// the instance's history but Decide is no longer called for them.
+	Done bool
+	// Commands are issued after the decision commits, each once.
+	Commands []Command
+	// Intents are external effects recorded now and executed after commit.
+	Intents []Intent
+	// Deadlines are set (or moved, by name); Cancel cancels by name.
+	Deadlines []Deadline
+	Cancel    []string
+	// Note is a short human-readable line for the instance's history.
+	Note string
+}
+
+// Command is an outgoing command on an aggregate.
+type Command struct {
+	// Step is unique within the instance and deterministic (e.g.
+	// "reserve:SKU-1"): the idempotency key is derived from the process
+	// name, the instance and Step. A step issued twice is dispatched once.
+	Step string
+	// Name is a command name bound with Bind ("inventory.reserve").
+	Name string
+	// Payload is the command's JSON body (marshaled with encoding/json).
+	Payload any
+}
+
+// Intent is an outgoing external effect through a Port.
+type Intent struct {
+	// Step as for Command; the port receives the derived key as its
+	// idempotency key (the provider's Idempotency-Key).
+	Step string
+	// Port names a port given to the runner ("payment").
+	Port string
+	// Payload is the intent's JSON body (amount, currency, order...).
+	Payload any
+}
+
+// Deadline asks for an InputTimeout named Name at (or soon after) At.
+type Deadline struct {
+	Name string
+	At   time.Time
+}
+
+// Rejected marks an error as a definite refusal: the step is not retried
+// and the instance receives an Outcome with OK false. Command errors that
+// wrap domain.ErrRejected, domain.ErrNotFound or domain.ErrInvalid are
+// definite without it.
+type Rejected struct{ Reason string }
+
+func (r *Rejected) Error() string { return "rejected: " + r.Reason }
+
+// IsDefinite reports whether err is a definite refusal (not retried).
+func IsDefinite(err error) bool {
+	var r *Rejected
+	return errors.As(err, &r) || errors.Is(err, domain.ErrRejected) || errors.Is(err, domain.ErrNotFound) ||
+		errors.Is(err, domain.ErrInvalid)
+}
+
+// CommandFunc executes one outgoing command for tenant: payload is the
+// command's JSON, key the deterministic idempotency key. It returns what
+// the instance receives as Outcome.Result. A definite refusal (IsDefinite)
+// becomes an Outcome with OK false; any other error is retried with
+// backoff and, past the attempts, parks the instance.
+type CommandFunc func(ctx context.Context, tenant domain.TenantID, payload json.RawMessage, key string) (json.RawMessage, error)
+
+// Port executes intents of one kind against an external system. Execute
+// must pass key to the provider as its idempotency key, so that a call
+// repeated after a crash or a lost response has the effect of one. Errors
+// as for CommandFunc: Rejected for a definite refusal (a decline), any
+// other error (5xx, timeout, connection lost) retried with the same key.
+type Port interface {
+	Execute(ctx context.Context, tenant domain.TenantID, key string, payload json.RawMessage) (json.RawMessage, error)
+}
+
+// PortFunc adapts a function to Port.
+type PortFunc func(ctx context.Context, tenant domain.TenantID, key string, payload json.RawMessage) (json.RawMessage, error)
+
+func (f PortFunc) Execute(ctx context.Context, tenant domain.TenantID, key string, payload json.RawMessage) (json.RawMessage, error) {
+	return f(ctx, tenant, key, payload)
+}
+
+// Manager is a Definition made ready for the runtime (New). The runner,
+// the dispatcher and the operator surface take it; its methods beyond
+// these are the runtime's own.
+type Manager interface {
+	Name() string
+	EventTypes() []string
+}
+
+// Spec is one process as a module hands it to the runtime: the manager,
+// the commands its decisions issue (by name) and the ports its intents go
+// through (by name). The runner refuses to start when a decision could
+// name a command or port the Spec lacks only at the moment it happens, so
+// a Spec is checked when the runner is made (every name in Commands and
+// Ports must be non-empty and non-nil).
+type Spec struct {
+	Manager  Manager
+	Commands map[string]CommandFunc
+	Ports    map[string]Port
+}
