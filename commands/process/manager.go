@@ -1,0 +1,128 @@
+package process
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+var (
+	namePattern   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	statusPattern = regexp.MustCompile(`^[a-z][a-z_]{0,62}$`)
+)
+
+// New validates def and returns it as a Manager for the runtime.
+func New[S any](def Definition[S]) (Manager, error) {
+	var errs []error
+	if !namePattern.MatchString(def.Name) {
+		errs = append(errs, fmt.Errorf("process name %q: want [a-z][a-z0-9_]*", def.Name))
+	}
+	if len(def.EventTypes) == 0 {
+		errs = append(errs, errors.New("process: EventTypes is empty"))
+	}
+	if def.Correlate == nil {
+		errs = append(errs, errors.New("process: Correlate is required"))
+	}
+	if def.Decide == nil {
+		errs = append(errs, errors.New("process: Decide is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &manager[S]{def: def}, nil
+}
+
+// manager adapts a Definition[S] to the runtime, which stores state as
+// JSON and steps and payloads as JSON.
+type manager[S any] struct{ def Definition[S] }
+
+func (m *manager[S]) Name() string         { return m.def.Name }
+func (m *manager[S]) EventTypes() []string { return m.def.EventTypes }
+
+func (m *manager[S]) correlate(ev Event) (instance, stream string, ok bool) {
+	return m.def.Correlate(ev)
+}
+
+// decided is a Decision with its state and payloads encoded: what the
+// runtime writes.
+type decided struct {
+	State     json.RawMessage
+	Status    string
+	Done      bool
+	Steps     []step
+	Deadlines []Deadline
+	Cancel    []string
+	Note      string
+}
+
+// step is an outgoing command or intent, encoded.
+type step struct {
+	Key     string // the Decision's Step
+	Kind    StepKind
+	Name    string // command name or port name
+	Payload json.RawMessage
+}
+
+// decide runs Decide on the stored state (nil: no instance yet) and encodes
+// the decision. It checks what the runtime relies on: a status label, step
+// keys that are non-empty and unique within the decision, deadline names.
+func (m *manager[S]) decide(stored json.RawMessage, in Input) (decided, error) {
+	var state S
+	exists := stored != nil
+	if exists {
+		if err := json.Unmarshal(stored, &state); err != nil {
+			return decided{}, fmt.Errorf("decode %s state: %w", m.def.Name, err)
+		}
+	}
+	d, err := m.def.Decide(state, exists, in)
+	if err != nil {
+		return decided{}, err
+	}
+	if !statusPattern.MatchString(d.Status) {
+		return decided{}, fmt.Errorf("%s decided status %q: want lower-case [a-z_]", m.def.Name, d.Status)
+	}
+	out := decided{Status: d.Status, Done: d.Done, Deadlines: d.Deadlines, Cancel: d.Cancel, Note: d.Note}
+	if out.State, err = json.Marshal(d.State); err != nil {
+		return decided{}, fmt.Errorf("encode %s state: %w", m.def.Name, err)
+	}
+	seen := map[string]bool{}
+	add := func(key string, kind StepKind, name string, payload any) error {
+		if key == "" || name == "" {
+			return fmt.Errorf("%s decided a %s without a step key or name", m.def.Name, kind)
+		}
+		if seen[key] {
+			return fmt.Errorf("%s decided step %q twice", m.def.Name, key)
+		}
+		seen[key] = true
+		raw, err := json.Marshal(payload)
+		if err != nil {
+			return fmt.Errorf("encode %s step %q: %w", m.def.Name, key, err)
+		}
+		out.Steps = append(out.Steps, step{Key: key, Kind: kind, Name: name, Payload: raw})
+		return nil
+	}
+	for _, c := range d.Commands {
+		if err := add(c.Step, StepCommand, c.Name, c.Payload); err != nil {
+			return decided{}, err
+		}
+	}
+	for _, i := range d.Intents {
+		if err := add(i.Step, StepIntent, i.Port, i.Payload); err != nil {
+			return decided{}, err
+		}
+	}
+	for _, dl := range d.Deadlines {
+		if dl.Name == "" || dl.At.IsZero() {
+			return decided{}, fmt.Errorf("%s decided a deadline without a name or time", m.def.Name)
+		}
+	}
+	return out, nil
+}
+
+// StepKey is the idempotency key of step within an instance of process:
+// deterministic, so that a re-dispatch carries the same key. It fits the
+// store's key limit for any step the runtime accepts.
+func StepKey(process, instance, stepKey string) string {
+	return "pm:" + process + ":" + instance + ":" + stepKey
+}
