@@ -76,6 +76,9 @@ func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 	if err != nil {
 		return 0, err
 	}
+	if err := r.loadLedgers(ctx, conn, recs); err != nil {
+		return 0, err
+	}
 	next := recs[len(recs)-1].Position
 	bp, setBased := r.proj.(BatchProjection)
 	setBased = setBased && !r.cfg.PerEvent
@@ -101,6 +104,9 @@ func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 		return 0, err
 	}
 	r.checkpoint = next
+	for t, l := range res.ledger {
+		r.ledger[t] = l
+	}
 	for k, v := range last {
 		r.streams.put(k, v)
 	}
@@ -265,9 +271,10 @@ var commitCheckpointFirst func(ctx context.Context, conn *pgx.Conn, name string,
 
 // applied is what a committed batch reports.
 type applied struct {
-	parkedStreams int64 // the checkpoint row's count after the batch
-	pause         bool  // a tool holds the projection's pause lock
-	letters       int   // events sent to the dead-letter store
+	parkedStreams int64             // the checkpoint row's count after the batch
+	pause         bool              // a tool holds the projection's pause lock
+	letters       int               // events sent to the dead-letter store
+	ledger        map[string]Ledger // the batch's tenants' ledger rows as committed
 }
 
 // apply sends the batch in one pipelined round trip: BEGIN, the checkpoint
@@ -375,6 +382,21 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			owner = append(owner, ownerRunner)
 		}
 		lo = hi
+	}
+	// The ledger counts every event of the batch: applied, parked, or not
+	// of the projection's types.
+	recApplied, recParked := make([]bool, len(recs)), make([]bool, len(recs))
+	for i, it := range items {
+		if parked[i] {
+			recParked[it.idx] = true
+		} else {
+			recApplied[it.idx] = true
+		}
+	}
+	n := b.Len()
+	res.ledger = r.queueLedger(b, recs, recApplied, recParked)
+	for range b.Len() - n {
+		owner = append(owner, ownerRunner)
 	}
 
 	err := sendTx(ctx, conn, b, func() { failpoint.Hit(FailpointBeforeCommit) }, func(k int, err error) error {

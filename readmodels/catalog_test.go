@@ -30,7 +30,7 @@ func testCtx(t testing.TB) context.Context {
 // tables of the relay (migration 003) are the exception that holds tenant
 // data: a cross-tenant copy of the log granted to the projector role only,
 // like the log itself (the tenant is in each message's metadata).
-var globalTables = []string{"schema_migrations", "projection_checkpoints", "watermill_strata_events", "watermill_offsets_strata_events"}
+var globalTables = []string{"schema_migrations", "projection_checkpoints", "projection_ledger_since", "watermill_strata_events", "watermill_offsets_strata_events"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).

@@ -680,6 +680,16 @@ WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid`, tenant, p.N
 				return fmt.Errorf("move the rebuild's %s: %w", t, err)
 			}
 		}
+		// The tenant's completeness ledger is the rebuild's from now on.
+		for _, t := range []string{"projection_ledger_marks", "projection_ledger"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE tenant_id = $1 AND generation = $2::uuid`, tenant, liveGen); err != nil {
+				return fmt.Errorf("drop the replaced %s: %w", t, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE `+t+` SET generation = $2::uuid WHERE tenant_id = $1 AND generation = $3::uuid`,
+				tenant, liveGen, shadowGen); err != nil {
+				return fmt.Errorf("move the rebuild's %s: %w", t, err)
+			}
+		}
 		if err := tx.QueryRow(ctx, `UPDATE projection_checkpoints SET parked_streams = parked_streams - $2 + $3, parked_letters = parked_letters - $4 + $5, updated_at = now()
 WHERE projection = $1 RETURNING parked_streams`, p.Name(), oldStreams, shadowStreams, oldLetters, shadowLetters).Scan(&out.parkedStreams); err != nil {
 			return err

@@ -23,6 +23,7 @@ Usage:
   strata replay status [--json]
   strata replay rebuild --projection NAME[,NAME] | --all [--tenant T] [--from TOKEN] [--dry-run] [--json]
   strata replay rebuild --projection NAME [--tenant T] --abort
+  strata replay verify [--projection P[,P]] [--tenant T] [--json]
   strata replay dlq list [--projection P] [--tenant T] [--stream S] [--status parked|retried|discarded|superseded|all] [--limit N] [--json]
   strata replay dlq show ID [--tenant T] [--json]
   strata replay dlq retry ID | --stream S | --all [--projection P] [--tenant T] [--json]
@@ -35,7 +36,8 @@ connection.
 
 Exit codes: 0 done; 1 failed (the message says what to do next); 2 bad usage;
 3 nothing to do or not found; 4 busy (another operation holds the
-projection): retry later. See docs/replay.md.
+projection): retry later; 5 verify found a ledger that disagrees with the
+store. See docs/replay.md.
 `
 
 // replayError prints err with the prefix and returns its exit code.
@@ -71,6 +73,8 @@ func cmdReplay(ctx context.Context, args []string, e env, stdout, stderr io.Writ
 		return replayStatus(ctx, args[1:], e, stdout, stderr)
 	case "rebuild":
 		return replayRebuild(ctx, args[1:], e, stdout, stderr)
+	case "verify":
+		return replayVerify(ctx, args[1:], e, stdout, stderr)
 	case "dlq":
 		if len(args) < 2 {
 			return usageError(stderr, "dlq needs a subcommand: list, show, retry or discard")
@@ -87,7 +91,7 @@ func cmdReplay(ctx context.Context, args []string, e env, stdout, stderr io.Writ
 		}
 		return usageError(stderr, "unknown dlq subcommand %q: want list, show, retry or discard", args[1])
 	}
-	return usageError(stderr, "unknown subcommand %q: want status, rebuild or dlq", args[0])
+	return usageError(stderr, "unknown subcommand %q: want status, rebuild, verify or dlq", args[0])
 }
 
 // parseArgs parses flags placed before and after positional arguments.

@@ -19,6 +19,7 @@ import (
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/projections"
 	projorders "github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/replay"
 )
 
 // TestReplayCommand drives `strata replay` through run, as an operator
@@ -185,5 +186,34 @@ VALUES ('acme', 'order-ghost', 1, gen_random_uuid(), 'order.line_added', 2,
 	code, out, stderr = replayCmd("rebuild", "--all")
 	if code != exitOK || !strings.Contains(out, "done: ") || !strings.Contains(out, "events/s") || !strings.Contains(stderr, "rebuild: build") {
 		t.Fatalf("rebuild --all: %d\n%s\n%s", code, out, stderr)
+	}
+
+	// The rebuilds' ledgers came with their swaps: every projection is
+	// complete. Then the chaos_broken defect (a checkpoint moved past an
+	// event without its transaction) is reported, naming the event.
+	if code, out, stderr := replayCmd("verify"); code != exitOK || !strings.Contains(out, "every ledger agrees with the store") || !strings.Contains(out, "order_details") {
+		t.Fatalf("verify: %d\n%s\n%s", code, out, stderr)
+	}
+	var skipped string
+	if err := conn.QueryRow(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+VALUES ('acme', 'order-ok', 2, gen_random_uuid(), 'order.cancelled', 1, '{"order_id":"ok","reason":"x","at":"2026-01-02T00:00:00Z"}', '{}')
+RETURNING event_id::text`).Scan(&skipped); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE strata.projection_checkpoints c SET pos_major = e.tx_id::text::numeric, pos_minor = e.position
+FROM strata.events e WHERE e.event_id = $1::uuid AND c.projection = 'order_list'`, skipped); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = replayCmd("verify", "--projection", "order_list", "--json")
+	var report struct {
+		Complete bool             `json:"complete"`
+		Verdicts []replay.Verdict `json:"verdicts"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); code != exitIncomplete || err != nil || report.Complete || len(report.Verdicts) != 1 ||
+		report.Verdicts[0].Problem != "missing" || report.Verdicts[0].Event == nil || report.Verdicts[0].Event.ID != skipped {
+		t.Fatalf("verify after a skipped event: exit %d (want %d), %v\n%s", code, exitIncomplete, err, out)
+	}
+	if code, out, _ := replayCmd("verify", "--projection", "order_list"); code != exitIncomplete || !strings.Contains(out, "missing: event "+skipped) {
+		t.Fatalf("verify table after a skipped event: %d\n%s", code, out)
 	}
 }

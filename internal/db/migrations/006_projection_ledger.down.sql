@@ -1,0 +1,3 @@
+DROP TABLE projection_ledger_since;
+DROP TABLE projection_ledger_marks;
+DROP TABLE projection_ledger;

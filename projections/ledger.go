@@ -1,0 +1,179 @@
+package projections
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/internal/db"
+)
+
+// The completeness ledger (issue 19): per checkpoint generation and tenant,
+// how many of the tenant's events the checkpoint has passed (applied,
+// parked, skipped by type) and a rolling hash over their IDs in log order,
+// written in the transaction that moves the checkpoint. replay.Verify
+// recomputes both from the store and names the first event that differs.
+
+// LedgerMarkEvery is how often (in counted events) a ledger keeps a mark
+// of its figures, bounding the window verify searches for a difference.
+const LedgerMarkEvery = 1024
+
+// LedgerHash is the rolling hash: 32 bytes.
+type LedgerHash [sha256.Size]byte
+
+// Fold returns h extended by the event ID id:
+// sha256(h || id as 16 bytes), or sha256(h || id's text) for an ID that is
+// not a UUID.
+func (h LedgerHash) Fold(id string) LedgerHash {
+	buf := make([]byte, 0, sha256.Size+36)
+	buf = append(buf, h[:]...)
+	if u, err := uuid.Parse(id); err == nil {
+		buf = append(buf, u[:]...)
+	} else {
+		buf = append(buf, id...)
+	}
+	return sha256.Sum256(buf)
+}
+
+// Ledger is one tenant's figures.
+type Ledger struct {
+	Events, Applied, Parked, Skipped int64
+	Hash                             LedgerHash
+	Last                             event.Position // the last event counted
+}
+
+// count adds one event to the ledger.
+func (l *Ledger) count(rec event.Record, applied, parked bool) {
+	l.Events++
+	switch {
+	case parked:
+		l.Parked++
+	case applied:
+		l.Applied++
+	default:
+		l.Skipped++
+	}
+	l.Hash = l.Hash.Fold(rec.ID)
+	l.Last = rec.Position
+}
+
+// CountStored adds rec as verify counts the store: every event of the
+// tenant up to the checkpoint, whatever became of it.
+func (l *Ledger) CountStored(rec event.Record) {
+	l.Events++
+	l.Hash = l.Hash.Fold(rec.ID)
+	l.Last = rec.Position
+}
+
+// ledgerBook is what a runner keeps of its generation's ledger: the rows
+// it has loaded or written, by tenant. Loaded lazily, a tenant at a time
+// (row-level security: a tenant's row is read under its setting).
+type ledgerBook map[string]Ledger
+
+const loadLedgerSQL = `SELECT events, applied, parked, skipped, hash, pos_major::text, pos_minor::text
+FROM projection_ledger WHERE generation = $1::uuid AND tenant_id = $2`
+
+// loadLedgers reads the rows of the batch's tenants the book does not hold
+// yet, in one round trip.
+func (r *Runner) loadLedgers(ctx context.Context, conn *pgx.Conn, recs []event.Record) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN READ ONLY") // set_config is transaction-local
+	for _, rec := range recs {
+		if _, ok := r.ledger[rec.Tenant]; ok {
+			continue
+		}
+		tenant := rec.Tenant
+		r.ledger[tenant] = Ledger{} // none yet, unless the row says otherwise
+		b.Queue(db.SetTenantSQL, tenant)
+		b.Queue(loadLedgerSQL, r.generation, tenant).Query(func(rows pgx.Rows) error {
+			var l Ledger
+			for rows.Next() {
+				var hash []byte
+				var major, minor string
+				if err := rows.Scan(&l.Events, &l.Applied, &l.Parked, &l.Skipped, &hash, &major, &minor); err != nil {
+					return err
+				}
+				if len(hash) != len(l.Hash) {
+					return fmt.Errorf("ledger of tenant %s: hash of %d bytes", tenant, len(hash))
+				}
+				copy(l.Hash[:], hash)
+				pos, err := parsePosition(major, minor)
+				if err != nil {
+					return err
+				}
+				l.Last = pos
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			r.ledger[tenant] = l
+			return nil
+		})
+	}
+	if b.Len() == 1 {
+		return nil
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		clear(r.ledger) // partly loaded: load again next time
+		if !conn.IsClosed() {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		return fmt.Errorf("projection %s: load ledger: %w", r.proj.Name(), err)
+	}
+	return nil
+}
+
+const upsertLedgerSQL = `INSERT INTO projection_ledger AS l
+    (projection, generation, tenant_id, events, applied, parked, skipped, hash, pos_major, pos_minor)
+VALUES ($1, $2::uuid, $3, $4, $5, $6, $7, $8, $9::text::numeric, $10::text::numeric)
+ON CONFLICT (generation, tenant_id) DO UPDATE SET events = EXCLUDED.events, applied = EXCLUDED.applied,
+    parked = EXCLUDED.parked, skipped = EXCLUDED.skipped, hash = EXCLUDED.hash,
+    pos_major = EXCLUDED.pos_major, pos_minor = EXCLUDED.pos_minor, updated_at = now()
+WHERE l.events = $11`
+
+const insertLedgerMarkSQL = `INSERT INTO projection_ledger_marks (generation, tenant_id, events, hash, pos_major, pos_minor)
+VALUES ($1::uuid, $2, $3, $4, $5::text::numeric, $6::text::numeric)`
+
+// errLedgerMoved: the ledger row is not where this runner's book has it.
+var errLedgerMoved = errors.New("ledger moved by another runner")
+
+// queueLedger counts the batch's events into a copy of the book and queues,
+// per tenant of the batch, its set_config, the row's upsert (guarded by the
+// count the book had) and a mark when the count passed a multiple of
+// LedgerMarkEvery. applied and parked say what happened to recs[i]. It
+// returns the tenants' new rows, for the book once the batch commits.
+func (r *Runner) queueLedger(b *pgx.Batch, recs []event.Record, applied, parked []bool) map[string]Ledger {
+	next := map[string]Ledger{}
+	var order []string
+	for i, rec := range recs {
+		l, ok := next[rec.Tenant]
+		if !ok {
+			l = r.ledger[rec.Tenant]
+			order = append(order, rec.Tenant)
+		}
+		l.count(rec, applied[i], parked[i])
+		next[rec.Tenant] = l
+	}
+	for _, t := range order {
+		l, was := next[t], r.ledger[t].Events
+		b.Queue(db.SetTenantSQL, t)
+		b.Queue(upsertLedgerSQL, r.proj.Name(), r.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
+			u64(l.Last.Major), u64(l.Last.Minor), was).Exec(func(ct pgconn.CommandTag) error {
+			if ct.RowsAffected() != 1 {
+				return errLedgerMoved
+			}
+			return nil
+		})
+		if l.Events/LedgerMarkEvery != was/LedgerMarkEvery {
+			b.Queue(insertLedgerMarkSQL, r.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
+		}
+	}
+	return next
+}
