@@ -145,6 +145,7 @@ var workloads = []workload{
 	{"http", benchHTTP},
 	{"catchup", benchCatchUp},
 	{"rebuild", benchRebuild},
+	{"verify", benchVerify},
 }
 
 // Names lists the workloads in run order.

@@ -80,6 +80,9 @@ func resetReadSide(ctx context.Context, url string) error {
 			return fmt.Errorf("reset %s: %w", t, err)
 		}
 	}
+	if _, err := conn.Exec(ctx, "TRUNCATE strata.projection_ledger, strata.projection_ledger_marks"); err != nil {
+		return fmt.Errorf("reset the ledger: %w", err)
+	}
 	_, err = conn.Exec(ctx, "DELETE FROM strata.projection_checkpoints")
 	if err == nil {
 		// Statistics of empty tables: the hardest start for the planner
