@@ -22,7 +22,7 @@ import (
 
 // LedgerMarkEvery is how often (in counted events) a ledger keeps a mark
 // of its figures, bounding the window verify searches for a difference.
-const LedgerMarkEvery = 1024
+const LedgerMarkEvery = 256
 
 // LedgerHash is the rolling hash: 32 bytes.
 type LedgerHash [sha256.Size]byte

@@ -39,12 +39,16 @@ type Verdict struct {
 	Skipped      int64  `json:"skipped"`
 	Since        string `json:"since,omitempty"`
 	// Problem says what differs: "missing" (Event is in the store and the
-	// ledger did not count it), "extra" (the ledger counted events the store
+	// ledger did not count it, nor the Missing-1 events of the tenant after
+	// it), "extra" (the ledger counted events the store
 	// does not have; Event, when set, is the last store event before them)
 	// or "differs" (several events differ between After and Event).
 	Problem string    `json:"problem,omitempty"`
 	Event   *EventRef `json:"event,omitempty"`
-	After   string    `json:"after,omitempty"`
+	// Missing counts the consecutive events left out from Event on
+	// (problem "missing").
+	Missing int64  `json:"missing_events,omitempty"`
+	After   string `json:"after,omitempty"`
 }
 
 // EventRef names one event of the log.
@@ -213,36 +217,30 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 }
 
 // locate explains why the ledger's figures want (at a mark or its row)
-// differ from the store's events window counted after good: one event left
-// out (named), the ledger stopping short (the first event it did not
-// count), or the ledger counting events the store does not have.
+// differ from the store's events window counted after good. It looks for
+// one run of consecutive events the ledger left out (a reader that lost an
+// event, a batch whose checkpoint moved without it, the ledger stopping
+// short) and names its first event; otherwise the ledger counted events
+// the store does not have (extra), or several differences lie between good
+// and the window's end (differs).
 func locate(v *Verdict, good projections.Ledger, window []event.Record, want projections.Ledger) {
 	v.After = good.Last.String()
 	n := int64(len(window))
 	c := want.Events - good.Events
 	switch {
 	case c < n:
-		// A prefix: the ledger stopped after window[c-1].
-		h := good.Hash
-		for i := int64(0); i < c; i++ {
-			h = h.Fold(window[i].ID)
-		}
-		if h == want.Hash {
-			v.Problem, v.Event = "missing", refOf(window[c])
-			return
-		}
-		// One event left out.
-		if c == n-1 {
-			prefix := good.Hash
-			for j := range window {
-				h := prefix
-				for _, r := range window[j+1:] {
-					h = h.Fold(r.ID)
-				}
-				if h == want.Hash {
-					v.Problem, v.Event = "missing", refOf(window[j])
-					return
-				}
+		k := n - c // events left out
+		prefix := good.Hash
+		for j := int64(0); j <= c; j++ {
+			h := prefix
+			for _, r := range window[j+k:] {
+				h = h.Fold(r.ID)
+			}
+			if h == want.Hash {
+				v.Problem, v.Event, v.Missing = "missing", refOf(window[j]), k
+				return
+			}
+			if j < c {
 				prefix = prefix.Fold(window[j].ID)
 			}
 		}

@@ -64,6 +64,9 @@ func replayVerify(ctx context.Context, args []string, e env, stdout, stderr io.W
 				if v.Event != nil {
 					verdict += fmt.Sprintf(": event %s (%s v%d, %s, position %s)", v.Event.ID, v.Event.Stream, v.Event.Version, v.Event.Type, v.Event.Position)
 				}
+				if v.Missing > 1 {
+					verdict += fmt.Sprintf(" and the %d events of the tenant after it", v.Missing-1)
+				}
 				verdict += " after " + v.After
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", v.Projection, v.Tenant, v.Checkpoint, v.StoreEvents, v.Applied, v.Parked, v.Skipped, verdict)

@@ -159,6 +159,9 @@ func (e *env) finish(ctx context.Context, r *Result, s *loadScenario, catchUpFro
 		}
 		r.note("%s", m)
 	}
+	if err := e.verifyLedgers(ctx, r, s.url, s.db); err != nil {
+		return err
+	}
 	var statuses = map[string]int{}
 	internal := 0
 	for _, a := range s.load.hist.attempts() {

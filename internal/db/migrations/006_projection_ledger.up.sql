@@ -36,7 +36,7 @@ CREATE TABLE projection_ledger (
 );
 
 -- projection_ledger_marks: the ledger's (events, hash) at the first batch
--- end past every multiple of 1024 events, so that verify can narrow a
+-- end past every multiple of 256 events, so that verify can narrow a
 -- disagreement down to one window and name the event in it.
 CREATE TABLE projection_ledger_marks (
     generation uuid          NOT NULL,
