@@ -38,6 +38,12 @@ type RebuildOptions struct {
 	// ProgressEvery, default 250ms, and at every phase change).
 	Progress      func(Progress)
 	ProgressEvery time.Duration
+
+	// compare, set by VerifyDeep, makes the rebuild a comparison: the
+	// shadow is built up to the live checkpoint, compared with the live
+	// rows while the live runner is paused, and dropped; nothing is
+	// swapped.
+	compare *DeepVerdict
 }
 
 // Phase is a step of a rebuild.
@@ -275,6 +281,10 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 		return res, err
 	}
 	tr.start(name, total)
+
+	if o.compare != nil {
+		return res, s.compareShadow(ctx, p, runner, shadowX, meta, o.Tenant, o.compare)
+	}
 
 	// Build, until the shadow is within a batch of the head.
 	for {

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,4 +161,51 @@ func renameOrder(e event.Payload, id string) event.Payload {
 		return x
 	}
 	return e
+}
+
+// TestVerifyDeep: rebuilt into shadow tables at the live checkpoint, the
+// rows of a healthy projection equal the live ones; a live row changed
+// behind the projection's back is named with both versions; the live
+// tables are untouched and the shadow is gone afterwards.
+func TestVerifyDeep(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	d := testdb.New(t, projorders.Migrations)
+	b := newBundle(t, d)
+	hs := genHistories(7, []string{"acme", "globex"}, 200, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	head := appendAll(ctx, t, b.store, hs)
+	p := projorders.All()[1] // order_list
+	catchUp(ctx, t, b, b.store, p, head)
+	before := dumpTables(ctx, t, d.AdminURL, liveTables(p))
+
+	vs, err := b.svc.VerifyDeep(ctx, replay.VerifyOptions{Projections: []string{p.Name()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 1 || !vs[0].Equal || vs[0].Rows != 200 || vs[0].Differing != 0 || vs[0].Checkpoint != head.String() {
+		t.Fatalf("healthy: %+v", vs)
+	}
+
+	adminExec(ctx, t, d.AdminURL, `UPDATE strata.order_list SET status = 'paid' WHERE tenant_id = 'globex' AND order_id = 'o00001'`)
+	changed := dumpTables(ctx, t, d.AdminURL, liveTables(p))
+	vs, err = b.svc.VerifyDeep(ctx, replay.VerifyOptions{Projections: []string{p.Name()}, Tenant: "globex"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := vs[0].First
+	if vs[0].Equal || vs[0].Differing != 2 || f == nil || f.Table != "order_list" || f.Tenant != "globex" ||
+		!strings.Contains(f.Key, `"o00001"`) || !strings.Contains(f.Live, `"paid"`) || strings.Contains(f.Rebuilt, `"paid"`) || f.Rebuilt == "" {
+		t.Fatalf("tampered row: %+v first %+v", vs[0], f)
+	}
+	t.Logf("first differing row: %s %s key %s\n  live    %s\n  rebuilt %s", f.Table, f.Tenant, f.Key, f.Live, f.Rebuilt)
+	if after := dumpTables(ctx, t, d.AdminURL, liveTables(p)); after != changed || after == before {
+		t.Fatal("deep verify changed the live tables")
+	}
+	var shadows int
+	conn := adminConn(ctx, t, d.AdminURL)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'strata' AND tablename LIKE '%rebuild%'`).Scan(&shadows); err != nil || shadows != 0 {
+		t.Fatalf("shadow tables left: %d %v", shadows, err)
+	}
+	if cp := checkpoint(ctx, t, b, p.Name()+"__rebuild"); cp.Projection != "" {
+		t.Fatalf("shadow checkpoint left: %+v", cp)
+	}
 }

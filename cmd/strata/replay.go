@@ -23,7 +23,7 @@ Usage:
   strata replay status [--json]
   strata replay rebuild --projection NAME[,NAME] | --all [--tenant T] [--from TOKEN] [--dry-run] [--json]
   strata replay rebuild --projection NAME [--tenant T] --abort
-  strata replay verify [--projection P[,P]] [--tenant T] [--json]
+  strata replay verify [--projection P[,P]] [--tenant T] [--deep] [--json]
   strata replay dlq list [--projection P] [--tenant T] [--stream S] [--status parked|retried|discarded|superseded|all] [--limit N] [--json]
   strata replay dlq show ID [--tenant T] [--json]
   strata replay dlq retry ID | --stream S | --all [--projection P] [--tenant T] [--json]

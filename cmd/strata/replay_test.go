@@ -194,6 +194,10 @@ VALUES ('acme', 'order-ghost', 1, gen_random_uuid(), 'order.line_added', 2,
 	if code, out, stderr := replayCmd("verify"); code != exitOK || !strings.Contains(out, "every ledger agrees with the store") || !strings.Contains(out, "order_details") {
 		t.Fatalf("verify: %d\n%s\n%s", code, out, stderr)
 	}
+	if code, out, stderr := replayCmd("verify", "--deep", "--projection", "order_list,order_details"); code != exitOK || !strings.Contains(out, "order_details") ||
+		strings.Contains(out, "different") || strings.Count(out, "equal") < 2 {
+		t.Fatalf("verify --deep: %d\n%s\n%s", code, out, stderr)
+	}
 	var skipped string
 	if err := conn.QueryRow(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
 VALUES ('acme', 'order-ok', 2, gen_random_uuid(), 'order.cancelled', 1, '{"order_id":"ok","reason":"x","at":"2026-01-02T00:00:00Z"}', '{}')

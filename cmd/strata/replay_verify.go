@@ -23,6 +23,7 @@ func replayVerify(ctx context.Context, args []string, e env, stdout, stderr io.W
 	names := fs.String("projection", "", "projection(s) to verify, comma-separated (default: all)")
 	tenant := fs.String("tenant", "", "verify one tenant only")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	deep := fs.Bool("deep", false, "also rebuild each projection into shadow tables at its checkpoint and diff the rows (the live tables are not touched)")
 	if pos, err := parseArgs(fs, args); err != nil {
 		return exitUsage
 	} else if len(pos) > 0 {
@@ -52,8 +53,24 @@ func replayVerify(ctx context.Context, args []string, e env, stdout, stderr io.W
 			bad++
 		}
 	}
+	var deeps []replay.DeepVerdict
+	unequal := 0
+	if *deep {
+		if deeps, err = re.svc.VerifyDeep(ctx, o); err != nil {
+			return replayError(stderr, err)
+		}
+		for _, d := range deeps {
+			if !d.Equal {
+				unequal++
+			}
+		}
+	}
 	if *asJSON {
-		writeJSON(stdout, map[string]any{"complete": bad == 0, "verdicts": vs, "took_ms": took.Milliseconds()})
+		out := map[string]any{"complete": bad == 0 && unequal == 0, "verdicts": vs, "took_ms": time.Since(began).Milliseconds()}
+		if *deep {
+			out["deep"] = deeps
+		}
+		writeJSON(stdout, out)
 	} else {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PROJECTION\tTENANT\tCHECKPOINT\tEVENTS\tAPPLIED\tPARKED\tSKIPPED\tVERDICT")
@@ -78,9 +95,35 @@ func replayVerify(ctx context.Context, args []string, e env, stdout, stderr io.W
 			fmt.Fprintf(stdout, "\n%d of %d projection-tenant pairs are NOT complete: rebuild them (strata replay rebuild --projection P --tenant T) and report the event (%s)\n",
 				bad, len(vs), took.Round(time.Millisecond))
 		}
+		if *deep {
+			fmt.Fprintln(stdout)
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROJECTION\tAT\tROWS\tDIFFERING\tVS REBUILT")
+			for _, d := range deeps {
+				verdict := "equal"
+				if !d.Equal {
+					verdict = "different"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", d.Projection, d.Checkpoint, d.Rows, d.Differing, verdict)
+			}
+			tw.Flush()
+			for _, d := range deeps {
+				if f := d.First; f != nil {
+					fmt.Fprintf(stdout, "\n%s: first differing row: table %s, tenant %s, key %s\n  live:    %s\n  rebuilt: %s\n",
+						d.Projection, f.Table, f.Tenant, f.Key, orNone(f.Live), orNone(f.Rebuilt))
+				}
+			}
+		}
 	}
-	if bad > 0 {
+	if bad > 0 || unequal > 0 {
 		return exitIncomplete
 	}
 	return exitOK
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
