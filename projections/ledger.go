@@ -71,27 +71,45 @@ func (l *Ledger) CountStored(rec event.Record) {
 	l.Last = rec.Position
 }
 
-// ledgerBook is what a runner keeps of its generation's ledger: the rows
-// it has loaded or written, by tenant. Loaded lazily, a tenant at a time
-// (row-level security: a tenant's row is read under its setting).
-type ledgerBook map[string]Ledger
+// LedgerBook is what a worker that moves a checkpoint (a Runner, the
+// relay, a process manager) keeps of its generation's ledger: the rows it
+// has loaded or written, by tenant. Rows are loaded lazily, a tenant at a
+// time (row-level security: a tenant's row is read under its setting). A
+// book belongs to one lease holder; Reset it when the lease is taken anew.
+type LedgerBook struct {
+	name, generation string
+	rows             map[string]Ledger
+}
+
+// NewLedgerBook returns an empty book for the checkpoint name of
+// generation (projection_checkpoints.generation).
+func NewLedgerBook(name, generation string) *LedgerBook {
+	return &LedgerBook{name: name, generation: generation, rows: map[string]Ledger{}}
+}
+
+// Reset forgets every row (after the lease was taken again) and sets the
+// generation.
+func (lb *LedgerBook) Reset(generation string) {
+	lb.generation = generation
+	clear(lb.rows)
+}
 
 const loadLedgerSQL = `SELECT events, applied, parked, skipped, hash, pos_major::text, pos_minor::text
 FROM projection_ledger WHERE generation = $1::uuid AND tenant_id = $2`
 
-// loadLedgers reads the rows of the batch's tenants the book does not hold
-// yet, in one round trip.
-func (r *Runner) loadLedgers(ctx context.Context, conn *pgx.Conn, recs []event.Record) error {
+// Load reads the rows of recs' tenants the book does not hold yet, in one
+// round trip of its own read-only transaction on conn.
+func (lb *LedgerBook) Load(ctx context.Context, conn *pgx.Conn, recs []event.Record) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN READ ONLY") // set_config is transaction-local
 	for _, rec := range recs {
-		if _, ok := r.ledger[rec.Tenant]; ok {
+		if _, ok := lb.rows[rec.Tenant]; ok {
 			continue
 		}
 		tenant := rec.Tenant
-		r.ledger[tenant] = Ledger{} // none yet, unless the row says otherwise
+		lb.rows[tenant] = Ledger{} // none yet, unless the row says otherwise
 		b.Queue(db.SetTenantSQL, tenant)
-		b.Queue(loadLedgerSQL, r.generation, tenant).Query(func(rows pgx.Rows) error {
+		b.Queue(loadLedgerSQL, lb.generation, tenant).Query(func(rows pgx.Rows) error {
 			var l Ledger
 			for rows.Next() {
 				var hash []byte
@@ -112,7 +130,7 @@ func (r *Runner) loadLedgers(ctx context.Context, conn *pgx.Conn, recs []event.R
 			if err := rows.Err(); err != nil {
 				return err
 			}
-			r.ledger[tenant] = l
+			lb.rows[tenant] = l
 			return nil
 		})
 	}
@@ -121,11 +139,11 @@ func (r *Runner) loadLedgers(ctx context.Context, conn *pgx.Conn, recs []event.R
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		clear(r.ledger) // partly loaded: load again next time
+		clear(lb.rows) // partly loaded: load again next time
 		if !conn.IsClosed() {
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
-		return fmt.Errorf("projection %s: load ledger: %w", r.proj.Name(), err)
+		return fmt.Errorf("%s: load ledger: %w", lb.name, err)
 	}
 	return nil
 }
@@ -141,39 +159,62 @@ WHERE l.events = $11`
 const insertLedgerMarkSQL = `INSERT INTO projection_ledger_marks (generation, tenant_id, events, hash, pos_major, pos_minor)
 VALUES ($1::uuid, $2, $3, $4, $5::text::numeric, $6::text::numeric)`
 
-// errLedgerMoved: the ledger row is not where this runner's book has it.
-var errLedgerMoved = errors.New("ledger moved by another runner")
+// ErrLedgerMoved: the ledger row is not where the book has it (another
+// lease holder wrote it).
+var ErrLedgerMoved = errors.New("ledger moved by another runner")
 
-// queueLedger counts the batch's events into a copy of the book and queues,
-// per tenant of the batch, its set_config, the row's upsert (guarded by the
-// count the book had) and a mark when the count passed a multiple of
-// LedgerMarkEvery. applied and parked say what happened to recs[i]. It
-// returns the tenants' new rows, for the book once the batch commits.
-func (r *Runner) queueLedger(b *pgx.Batch, recs []event.Record, applied, parked []bool) map[string]Ledger {
+// LedgerUse says what became of one event: applied, parked, or skipped
+// (not of the worker's types).
+type LedgerUse int8
+
+const (
+	LedgerSkipped LedgerUse = iota
+	LedgerApplied
+	LedgerParked
+)
+
+// LedgerBatch is a batch's counts, queued and not yet committed.
+type LedgerBatch struct{ rows map[string]Ledger }
+
+// Queue counts recs (use(i) says what became of recs[i]) into a copy of
+// the book and queues, per tenant of recs, its set_config, the row's upsert
+// (guarded by the count the book had) and a mark when the count passed a
+// multiple of LedgerMarkEvery, into b, which must run in the transaction
+// that moves the checkpoint past recs. Commit the result once that
+// transaction committed.
+func (lb *LedgerBook) Queue(b *pgx.Batch, recs []event.Record, use func(i int) LedgerUse) LedgerBatch {
 	next := map[string]Ledger{}
 	var order []string
 	for i, rec := range recs {
 		l, ok := next[rec.Tenant]
 		if !ok {
-			l = r.ledger[rec.Tenant]
+			l = lb.rows[rec.Tenant]
 			order = append(order, rec.Tenant)
 		}
-		l.count(rec, applied[i], parked[i])
+		u := use(i)
+		l.count(rec, u == LedgerApplied, u == LedgerParked)
 		next[rec.Tenant] = l
 	}
 	for _, t := range order {
-		l, was := next[t], r.ledger[t].Events
+		l, was := next[t], lb.rows[t].Events
 		b.Queue(db.SetTenantSQL, t)
-		b.Queue(upsertLedgerSQL, r.proj.Name(), r.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
+		b.Queue(upsertLedgerSQL, lb.name, lb.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
 			u64(l.Last.Major), u64(l.Last.Minor), was).Exec(func(ct pgconn.CommandTag) error {
 			if ct.RowsAffected() != 1 {
-				return errLedgerMoved
+				return ErrLedgerMoved
 			}
 			return nil
 		})
 		if l.Events/LedgerMarkEvery != was/LedgerMarkEvery {
-			b.Queue(insertLedgerMarkSQL, r.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
+			b.Queue(insertLedgerMarkSQL, lb.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
 		}
 	}
-	return next
+	return LedgerBatch{rows: next}
+}
+
+// Commit records a committed batch's counts in the book.
+func (lb *LedgerBook) Commit(lbt LedgerBatch) {
+	for t, l := range lbt.rows {
+		lb.rows[t] = l
+	}
 }

@@ -90,7 +90,7 @@ type Runner struct {
 	retries       map[streamKey]time.Time // parked streams the runner retries, and when
 	until         event.Position          // CatchUp's bound: no event after it is applied (zero: none)
 	pauseSeen     bool                    // the last commit saw a tool's pause lock
-	ledger        ledgerBook              // the generation's ledger rows loaded or written
+	ledger        *LedgerBook             // the generation's completeness ledger
 }
 
 // NewRunner returns a runner of p reading log. pool must run as
@@ -381,7 +381,7 @@ func (r *Runner) begin(ctx context.Context, conn *pgx.Conn) error {
 	}
 	r.checkpoint, r.generation, r.parkedStreams = st.pos, st.generation, st.parkedStreams
 	r.streams.reset()
-	r.ledger = ledgerBook{}
+	r.ledger = NewLedgerBook(r.proj.Name(), r.generation)
 	r.catchingUp, r.pauseSeen = false, false
 	clear(r.retries)
 	if r.cfg.DeadLetters && r.parkedStreams > 0 {

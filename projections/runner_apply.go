@@ -76,7 +76,7 @@ func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 	if err != nil {
 		return 0, err
 	}
-	if err := r.loadLedgers(ctx, conn, recs); err != nil {
+	if err := r.ledger.Load(ctx, conn, recs); err != nil {
 		return 0, err
 	}
 	next := recs[len(recs)-1].Position
@@ -104,9 +104,7 @@ func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 		return 0, err
 	}
 	r.checkpoint = next
-	for t, l := range res.ledger {
-		r.ledger[t] = l
-	}
+	r.ledger.Commit(res.ledger)
 	for k, v := range last {
 		r.streams.put(k, v)
 	}
@@ -271,10 +269,10 @@ var commitCheckpointFirst func(ctx context.Context, conn *pgx.Conn, name string,
 
 // applied is what a committed batch reports.
 type applied struct {
-	parkedStreams int64             // the checkpoint row's count after the batch
-	pause         bool              // a tool holds the projection's pause lock
-	letters       int               // events sent to the dead-letter store
-	ledger        map[string]Ledger // the batch's tenants' ledger rows as committed
+	parkedStreams int64       // the checkpoint row's count after the batch
+	pause         bool        // a tool holds the projection's pause lock
+	letters       int         // events sent to the dead-letter store
+	ledger        LedgerBatch // the batch's counts, for the book once committed
 }
 
 // apply sends the batch in one pipelined round trip: BEGIN, the checkpoint
@@ -385,16 +383,16 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 	}
 	// The ledger counts every event of the batch: applied, parked, or not
 	// of the projection's types.
-	recApplied, recParked := make([]bool, len(recs)), make([]bool, len(recs))
+	uses := make([]LedgerUse, len(recs))
 	for i, it := range items {
 		if parked[i] {
-			recParked[it.idx] = true
+			uses[it.idx] = LedgerParked
 		} else {
-			recApplied[it.idx] = true
+			uses[it.idx] = LedgerApplied
 		}
 	}
 	n := b.Len()
-	res.ledger = r.queueLedger(b, recs, recApplied, recParked)
+	res.ledger = r.ledger.Queue(b, recs, func(i int) LedgerUse { return uses[i] })
 	for range b.Len() - n {
 		owner = append(owner, ownerRunner)
 	}

@@ -72,17 +72,34 @@ type ledgerRow struct {
 // verifyPage is how many events Verify reads per round trip.
 const verifyPage = 5000
 
-// Verify recomputes each projection's completeness ledger from the store,
+// Verify recomputes each projection's (and the relay's and process
+// managers': every checkpoint's but rebuilds') completeness ledger from the store,
 // up to its checkpoint, and compares it with the ledger the runner kept in
 // the checkpoint's transactions (docs/guarantees.md, "Completeness"). It
 // reads the log once, whatever the number of projections; the cost is one
 // SHA-256 per event and projection.
 func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error) {
+	// Projections, and the other readers that keep a ledger with their
+	// checkpoint (the relay, process managers).
+	others, err := s.OtherCheckpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	other := map[string]bool{}
+	for _, cp := range others {
+		other[cp.Projection] = true
+	}
 	names := o.Projections
 	if len(names) == 0 {
 		names = s.Names()
+		for _, cp := range others {
+			names = append(names, cp.Projection)
+		}
 	}
 	for _, n := range names {
+		if other[n] {
+			continue
+		}
 		if _, err := s.projection(n); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/internal/pgsession"
+	"github.com/strata-es/strata/projections"
 )
 
 // The relay keeps its checkpoint in projection_checkpoints, like a
@@ -23,46 +24,56 @@ type execer interface {
 }
 
 // loadCheckpoint creates the relay's row if needed, marks it running and
-// returns its position.
-func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (event.Position, error) {
+// returns its position and generation (the key of its completeness
+// ledger).
+func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (event.Position, string, error) {
 	if _, err := conn.Exec(ctx, `INSERT INTO projection_checkpoints (projection) VALUES ($1) ON CONFLICT (projection) DO NOTHING`, name); err != nil {
-		return event.Position{}, fmt.Errorf("create checkpoint of %s: %w", name, err)
+		return event.Position{}, "", fmt.Errorf("create checkpoint of %s: %w", name, err)
 	}
-	var major, minor string
+	var major, minor, generation string
 	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status = 'error' THEN status ELSE 'running' END, updated_at = now()
-WHERE projection = $1 RETURNING pos_major::text, pos_minor::text`, name).Scan(&major, &minor)
+WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::text`, name).Scan(&major, &minor, &generation)
 	if err != nil {
-		return event.Position{}, fmt.Errorf("load checkpoint of %s: %w", name, err)
+		return event.Position{}, "", fmt.Errorf("load checkpoint of %s: %w", name, err)
 	}
 	var p event.Position
 	if p.Major, err = strconv.ParseUint(major, 10, 64); err != nil {
-		return p, fmt.Errorf("checkpoint of %s: %w", name, err)
+		return p, "", fmt.Errorf("checkpoint of %s: %w", name, err)
 	}
 	if p.Minor, err = strconv.ParseUint(minor, 10, 64); err != nil {
-		return p, fmt.Errorf("checkpoint of %s: %w", name, err)
+		return p, "", fmt.Errorf("checkpoint of %s: %w", name, err)
 	}
-	return p, nil
+	return p, generation, nil
 }
 
 // errCheckpointMoved: the checkpoint is not where this relay left it.
 var errCheckpointMoved = errors.New("checkpoint moved by another relay")
 
 // advance moves the checkpoint from where the batch was read after (from)
-// to its last event (to). The condition on the old position makes a relay
-// that wrongly believes it holds the lease harmless: it changes nothing
-// and gives up its session.
-func advance(ctx context.Context, q execer, name string, from, to event.Position) error {
-	ct, err := q.Exec(ctx, `UPDATE projection_checkpoints
+// to its last event (to), in tx, with the completeness ledger of recs
+// (every event is published: the relay skips none). The condition on the
+// old position makes a relay that wrongly believes it holds the lease
+// harmless: it changes nothing and gives up its session. Commit the
+// returned batch into the book once tx committed.
+func advance(ctx context.Context, tx pgx.Tx, book *projections.LedgerBook, name string, recs []event.Record, from, to event.Position) (projections.LedgerBatch, error) {
+	b := &pgx.Batch{}
+	counted := book.Queue(b, recs, func(int) projections.LedgerUse { return projections.LedgerApplied })
+	b.Queue(`UPDATE projection_checkpoints
 SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now()
 WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric`,
-		name, u64(to.Major), u64(to.Minor), u64(from.Major), u64(from.Minor))
-	if err != nil {
-		return fmt.Errorf("advance checkpoint of %s: %w", name, err)
+		name, u64(to.Major), u64(to.Minor), u64(from.Major), u64(from.Minor)).Exec(func(ct pgconn.CommandTag) error {
+		if ct.RowsAffected() != 1 {
+			return errCheckpointMoved
+		}
+		return nil
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if errors.Is(err, errCheckpointMoved) {
+			return counted, err
+		}
+		return counted, fmt.Errorf("advance checkpoint of %s: %w", name, err)
 	}
-	if ct.RowsAffected() != 1 {
-		return errCheckpointMoved
-	}
-	return nil
+	return counted, nil
 }
 
 // Leases are session-level advisory locks in the two-key form

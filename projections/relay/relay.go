@@ -154,7 +154,8 @@ type Relay struct {
 	mu        sync.Mutex
 	status    Status
 
-	checkpoint event.Position // owned by Run
+	checkpoint event.Position          // owned by Run
+	ledger     *projections.LedgerBook // owned by Run: the checkpoint's completeness ledger
 }
 
 // New returns a relay of log. pool must run as db.RoleProjector; the relay
@@ -253,11 +254,12 @@ func (r *Relay) Run(ctx context.Context) error {
 // nil when ctx ends, and an error when the session is broken or the lease
 // in doubt.
 func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
-	cp, err := loadCheckpoint(ctx, conn, r.name)
+	cp, generation, err := loadCheckpoint(ctx, conn, r.name)
 	if err != nil {
 		return err
 	}
 	r.checkpoint = cp
+	r.ledger = projections.NewLedgerBook(r.name, generation)
 	r.mu.Lock()
 	r.status.State, r.status.Checkpoint = projections.StateRunning, cp
 	r.mu.Unlock()
@@ -333,6 +335,10 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 		msgs[i].SetContext(ctx)
 	}
 	next := recs[len(recs)-1].Position
+	if err := r.ledger.Load(ctx, conn, recs); err != nil {
+		return 0, err
+	}
+	var counted projections.LedgerBatch
 	if r.cfg.Publisher != nil {
 		if err := r.cfg.Publisher.Publish(r.cfg.Topic, msgs...); err != nil {
 			return 0, fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
@@ -340,7 +346,10 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 		r.published.Add(int64(len(msgs)))
 		r.logger.DebugContext(ctx, "published batch", "events", len(msgs), "first", recs[0].Position.String(), "last", next.String())
 		failpoint.Hit(FailpointAfterPublish)
-		if err := advance(ctx, conn, r.name, r.checkpoint, next); err != nil {
+		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			counted, err = advance(ctx, tx, r.ledger, r.name, recs, r.checkpoint, next)
+			return err
+		}); err != nil {
 			return 0, err
 		}
 	} else {
@@ -352,7 +361,7 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 			if err := pub.Publish(r.cfg.Topic, msgs...); err != nil {
 				return fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
 			}
-			if err := advance(ctx, tx, r.name, r.checkpoint, next); err != nil {
+			if counted, err = advance(ctx, tx, r.ledger, r.name, recs, r.checkpoint, next); err != nil {
 				return err
 			}
 			failpoint.Hit(FailpointBeforeCommit)
@@ -365,6 +374,7 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 		r.logger.DebugContext(ctx, "published batch", "events", len(msgs), "first", recs[0].Position.String(), "last", next.String())
 	}
 	r.checkpoint = next
+	r.ledger.Commit(counted)
 	r.mu.Lock()
 	r.status.Checkpoint = next
 	r.mu.Unlock()

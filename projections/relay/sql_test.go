@@ -117,6 +117,16 @@ JOIN (SELECT event_id, row_number() OVER (ORDER BY tx_id, position) AS n FROM st
 		t.Errorf("order_list fed from watermill-sql differs from the store-fed one (until %s, checkpoint %s, log %s):\n%s",
 			until, r.Status().Checkpoint, txs, tableDiff(ctx, t, admin, "order_list", "s_order_list"))
 	}
+	// The relay's completeness ledger counted every event once, across
+	// the kill before commit and the restart.
+	var counted, published int64
+	if err := admin.QueryRow(ctx, `SELECT coalesce(sum(l.events), 0), coalesce(sum(l.applied), 0) FROM strata.projection_ledger l
+JOIN strata.projection_checkpoints c ON c.generation = l.generation WHERE c.projection = $1`, r2.Name()).Scan(&counted, &published); err != nil {
+		t.Fatal(err)
+	}
+	if counted != total || published != total {
+		t.Errorf("relay ledger: %d events counted, %d published; want %d", counted, published, total)
+	}
 	t.Logf("%d events relayed exactly once through watermill-sql across a SIGKILL before commit and a restart; %d deliveries, %d redelivered",
 		total, len(tp.deliveries()), redelivered)
 }
