@@ -244,3 +244,8 @@ func EventTypes() []string {
 func Correlate(stream string) (instance string, ok bool) {
 	return order.OrderIDFromStream(stream)
 }
+
+// Codecs are the module's event types: none. The process consumes the
+// order module's events and records its own state, steps and deadlines in
+// the runtime's tables, not in the log.
+func Codecs() []event.Codec { return nil }
