@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/gorilla/mux"
 
+	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/domain/inventory"
@@ -101,6 +103,15 @@ func TestRoute(t *testing.T) {
 		`"version":5,"updated_at":"2026-03-01T12:03:00Z"}`
 	if got != want {
 		t.Errorf("t-a's o-1:\n%s\nwant\n%s", got, want)
+	}
+	// The body is what the OpenAPI document says the route answers.
+	v, err := openapitest.Strata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "http://localhost/v1/orders/o-1/fulfilment", nil)
+	if err := v.Check(req, 200, http.Header{"Content-Type": {"application/json"}}, []byte(got)); err != nil {
+		t.Error(err)
 	}
 	// Another tenant's order answers 404, exactly as a missing one.
 	for _, c := range []struct {
