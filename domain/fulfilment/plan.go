@@ -1,7 +1,5 @@
 package fulfilment
 
-import "time"
-
 // reconcile issues the steps the facts call for that were not issued yet.
 // It is the whole flow, written as "given what is known, what must happen
 // next", so that any order of inputs ends in the same place:
@@ -232,6 +230,3 @@ func (s *State) status() (string, bool) {
 	}
 	return StatusAwaitingPayment, false
 }
-
-// Due is when the payment deadline falls for an order placed at placedAt.
-func (p Process) Due(placedAt time.Time) time.Time { return placedAt.Add(p.PaymentTimeout) }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,6 +160,41 @@ func TestCaptureRetriesUnderMixedFaults(t *testing.T) {
 		if got := l.Captures(order); got != want || l.Kept(order) != want {
 			t.Errorf("%s ended %s with %d capture entries (%d kept), want %d", order, cl, got, l.Kept(order), want)
 		}
+	}
+}
+
+// Concurrent calls with one key (a re-dispatch racing the first attempt)
+// capture once.
+func TestCaptureConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	sim, c := setup(t, paysim.Faults{DropRate: 0.5, FailRate: 0.2}, time.Second)
+	var wg sync.WaitGroup
+	ids := make([]string, 16)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				got, err := c.Capture(context.Background(), "k-1", "o-1", 100, "EUR")
+				if err == nil {
+					ids[i] = got.CaptureID
+					return
+				}
+				if classify(err) != classUnavailable {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("capture IDs differ: %v", ids)
+		}
+	}
+	if l := sim.Ledger(); l.Captures("o-1") != 1 {
+		t.Errorf("%d captures, want 1", l.Captures("o-1"))
 	}
 }
 
