@@ -2,10 +2,9 @@ package fulfilment_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/strata-es/strata/projections/projectiontest"
 	"github.com/strata-es/strata/readmodels"
 	rmfulfilment "github.com/strata-es/strata/readmodels/fulfilment"
+	"github.com/strata-es/strata/readmodels/queryapi"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -81,52 +81,51 @@ func TestRoute(t *testing.T) {
 	if len(routes) != 1 || routes[0].Path != "/v1/orders/{id}/fulfilment" || routes[0].Projections[0] != "order_fulfilment" {
 		t.Fatalf("routes %+v", routes)
 	}
-	get := func(tenant domain.TenantID, id string) (string, error) {
-		req := mux.SetURLVars(httptest.NewRequest("GET", "/v1/orders/x/fulfilment", nil), map[string]string{"id": id})
-		read, err := routes[0].Prepare(req, nil)
-		if err != nil {
-			return "", err
-		}
-		body, err := read(domain.NewContext(context.Background(), tenant))
-		if err != nil {
-			return "", err
-		}
-		b, _ := json.Marshal(body)
-		return string(b), nil
-	}
-	got, err := get("t-a", "o-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `{"order_id":"o-1","stage":"completed","order_status":"paid","lines":[{"product_id":"a","quantity":1},{"product_id":"b","quantity":2}],` +
-		`"reserved":2,"released":0,"committed":2,"total":{"amount":250,"currency":"EUR"},"payment_reference":"cap_1","cancel_reason":null,` +
-		`"version":5,"updated_at":"2026-03-01T12:03:00Z"}`
-	if got != want {
-		t.Errorf("t-a's o-1:\n%s\nwant\n%s", got, want)
-	}
-	// The body is what the OpenAPI document says the route answers.
+	// Through the engine's query API, as serve mounts it (the tenant set
+	// as the authentication middleware would set it).
+	r := mux.NewRouter()
+	queryapi.New(rm, nil, nil, queryapi.Config{}).Register(r, routes...)
 	v, err := openapitest.Strata()
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := httptest.NewRequest("GET", "http://localhost/v1/orders/o-1/fulfilment", nil)
-	if err := v.Check(req, 200, http.Header{"Content-Type": {"application/json"}}, []byte(got)); err != nil {
-		t.Error(err)
+	get := func(tenant domain.TenantID, id string) (int, string) {
+		t.Helper()
+		req := httptest.NewRequest("GET", "http://localhost/v1/orders/"+id+"/fulfilment", nil)
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req.WithContext(domain.NewContext(req.Context(), tenant)))
+		if err := v.Check(req, w.Code, w.Header(), w.Body.Bytes()); err != nil {
+			t.Error(err)
+		}
+		return w.Code, strings.TrimSpace(w.Body.String())
 	}
-	// Another tenant's order answers 404, exactly as a missing one.
+	code, got := get("t-a", "o-1")
+	want := `{"order_id":"o-1","stage":"completed","order_status":"paid","lines":[{"product_id":"a","quantity":1},{"product_id":"b","quantity":2}],` +
+		`"reserved":2,"released":0,"committed":2,"total":{"amount":250,"currency":"EUR"},"payment_reference":"cap_1","cancel_reason":null,` +
+		`"version":5,"updated_at":"2026-03-01T12:03:00Z"}`
+	if code != 200 || got != want {
+		t.Errorf("t-a's o-1: %d\n%s\nwant\n%s", code, got, want)
+	}
+	// Another tenant's order answers 404, exactly as a missing one, in the
+	// one error shape.
+	_, missing := get("t-a", "o-2")
 	for _, c := range []struct {
 		tenant domain.TenantID
 		id     string
 	}{{"t-b", "o-1"}, {"t-a", "o-2"}} {
-		if _, err := get(c.tenant, c.id); !errors.Is(err, rmfulfilment.ErrNotFound) || !errors.Is(err, domain.ErrNotFound) {
-			t.Errorf("%s reading %s: %v, want not found", c.tenant, c.id, err)
+		code, body := get(c.tenant, c.id)
+		if code != 404 || body != missing || !strings.Contains(body, `"code":"not_found"`) {
+			t.Errorf("%s reading %s: %d %s, want 404 like a missing order (%s)", c.tenant, c.id, code, body, missing)
 		}
 	}
-	if _, err := get("t-a", "bad id!"); !errors.Is(err, domain.ErrInvalid) {
-		t.Errorf("malformed ID: %v, want invalid", err)
+	if code, _ := get("t-a", "bad%20id"); code != 400 {
+		t.Errorf("malformed ID: %d, want 400", code)
 	}
 	// No tenant: fails closed.
 	if _, err := rmfulfilment.NewReader(rm).Get(context.Background(), "o-1"); err == nil {
 		t.Error("a read without a tenant succeeded")
+	}
+	if _, err := rmfulfilment.NewReader(rm).Get(domain.NewContext(context.Background(), "t-b"), "o-1"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("t-b reading t-a's order: %v, want not found", err)
 	}
 }
