@@ -1,0 +1,13 @@
+package fulfilment
+
+import (
+	"embed"
+
+	"github.com/strata-es/strata/internal/db"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations is the fulfilment module's migration line.
+var Migrations = db.EmbeddedLine("fulfilment", migrationFiles, "migrations")

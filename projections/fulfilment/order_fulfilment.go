@@ -1,0 +1,149 @@
+package fulfilment
+
+import (
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain/inventory"
+	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/projections"
+)
+
+// Name is the projection's name: its checkpoint key. Renaming it makes a
+// new projection that rebuilds every row from the first event.
+const Name = "order_fulfilment"
+
+// Stages (the stage column): derived from what the log shows, which is
+// less than the process knows (a refused reservation leaves no event).
+const (
+	StageDraft           = "draft"            // the order is a draft
+	StageReserving       = "reserving"        // placed, not every line reserved yet
+	StageAwaitingPayment = "awaiting_payment" // placed, every line reserved
+	StageCommitting      = "committing"       // paid, not every line committed yet
+	StageCompleted       = "completed"        // paid, every line committed
+	StageReleasing       = "releasing"        // a reservation is being given back (out of stock, cancelled)
+	StageCancelled       = "cancelled"        // cancelled, nothing held
+	StagePaidUnfulfilled = "paid_unfulfilled" // paid, but stock was released instead of committed
+)
+
+// Tables names the projection's tables (zero: the live ones).
+type Tables struct {
+	OrderFulfilment string // default order_fulfilment
+}
+
+// OrderFulfilment keeps one row per order.
+type OrderFulfilment struct {
+	tables                                Tables
+	created, lineAdded, lineRemoved       string
+	placed, paid, cancelled, reservations string
+	restage                               string
+}
+
+var _ projections.Retargetable = (*OrderFulfilment)(nil)
+
+// New returns the projection writing into t.
+func New(t Tables) *OrderFulfilment {
+	if t.OrderFulfilment == "" {
+		t.OrderFulfilment = Name
+	}
+	table := projections.Ident(t.OrderFulfilment)
+	set := func(assign string) string {
+		return `UPDATE ` + table + ` SET ` + assign + `, updated_at = $3, last_position = $4
+WHERE tenant_id = $1 AND order_id = $2`
+	}
+	return &OrderFulfilment{tables: t,
+		created: `INSERT INTO ` + table + ` (tenant_id, order_id, stage, order_status, currency, lines, reserved, released, committed,
+	version, updated_at, last_position)
+VALUES ($1, $2, 'draft', 'draft', $5, '{}', 0, 0, 0, $6, $3, $4)`,
+		lineAdded:   set(`lines = jsonb_set(lines, ARRAY[$5::text], to_jsonb(COALESCE((lines->>$5::text)::bigint, 0) + $6::bigint)), version = $7`),
+		lineRemoved: set(`lines = lines - $5::text, version = $6`),
+		placed:      set(`order_status = 'placed', total_amount = $5, version = $6`),
+		paid:        set(`order_status = 'paid', payment_reference = $5, version = $6`),
+		cancelled:   set(`order_status = 'cancelled', cancel_reason = NULLIF($5, ''), version = $6`),
+		// An inventory event under a reservation ID that is no order of the
+		// tenant's (a reservation made through the inventory API) matches
+		// no row and changes nothing.
+		reservations: set(`reserved = reserved + $5, released = released + $6, committed = committed + $7`),
+		// The stage, from the row as the statement before left it. The
+		// order of the WHENs is the precedence: what the order says first,
+		// then what the stock says.
+		restage: `UPDATE ` + table + ` SET stage = CASE
+	WHEN order_status = 'draft' THEN 'draft'
+	WHEN order_status = 'cancelled' THEN CASE WHEN reserved > released + committed THEN 'releasing' ELSE 'cancelled' END
+	WHEN order_status = 'paid' AND released > 0 THEN CASE WHEN reserved > released + committed THEN 'releasing' ELSE 'paid_unfulfilled' END
+	WHEN order_status = 'paid' THEN CASE WHEN committed >= (SELECT count(*) FROM jsonb_object_keys(lines)) THEN 'completed' ELSE 'committing' END
+	WHEN released > 0 THEN 'releasing'
+	WHEN reserved >= (SELECT count(*) FROM jsonb_object_keys(lines)) THEN 'awaiting_payment'
+	ELSE 'reserving'
+END
+WHERE tenant_id = $1 AND order_id = $2`,
+	}
+}
+
+// All returns the fulfilment module's projections writing into their live
+// tables.
+func All() []projections.Projection { return []projections.Projection{New(Tables{})} }
+
+// Name implements projections.Projection.
+func (p *OrderFulfilment) Name() string { return Name }
+
+// EventTypes implements projections.Projection.
+func (p *OrderFulfilment) EventTypes() []string {
+	return []string{order.TypeCreated, order.TypeLineAdded, order.TypeLineRemoved, order.TypePlaced, order.TypePaid, order.TypeCancelled,
+		inventory.TypeReserved, inventory.TypeReleased, inventory.TypeCommitted}
+}
+
+// Tables implements projections.Projection.
+func (p *OrderFulfilment) Tables() []string { return []string{p.tables.OrderFulfilment} }
+
+// Apply implements projections.Projection.
+func (p *OrderFulfilment) Apply(b *pgx.Batch, ev projections.Event) error {
+	pos := int64(ev.Position.Minor)
+	if _, ok := inventory.SKUFromStream(ev.Stream); ok {
+		var id string
+		var reserved, released, committed int
+		switch e := ev.Payload.(type) {
+		case inventory.Reserved:
+			id, reserved = e.ReservationID, 1
+			b.Queue(p.reservations, ev.Tenant, id, e.At, pos, reserved, released, committed)
+		case inventory.Released:
+			id, released = e.ReservationID, 1
+			b.Queue(p.reservations, ev.Tenant, id, e.At, pos, reserved, released, committed)
+		case inventory.Committed:
+			id, committed = e.ReservationID, 1
+			b.Queue(p.reservations, ev.Tenant, id, e.At, pos, reserved, released, committed)
+		default:
+			return projections.Unexpected(ev)
+		}
+		b.Queue(p.restage, ev.Tenant, id)
+		return nil
+	}
+	id, ok := order.OrderIDFromStream(ev.Stream)
+	if !ok {
+		return fmt.Errorf("%w: stream %q is neither an order nor an inventory stream", projections.ErrUnexpectedEvent, ev.Stream)
+	}
+	switch e := ev.Payload.(type) {
+	case order.Created:
+		b.Queue(p.created, ev.Tenant, id, e.At, pos, e.Currency, ev.Version)
+	case order.LineAdded:
+		projections.ExpectOne(b.Queue(p.lineAdded, ev.Tenant, id, e.At, pos, e.ProductID, e.Quantity, ev.Version), "order", id)
+	case order.LineRemoved:
+		projections.ExpectOne(b.Queue(p.lineRemoved, ev.Tenant, id, e.At, pos, e.ProductID, ev.Version), "order", id)
+	case order.Placed:
+		projections.ExpectOne(b.Queue(p.placed, ev.Tenant, id, e.At, pos, e.Total.Amount, ev.Version), "order", id)
+	case order.Paid:
+		projections.ExpectOne(b.Queue(p.paid, ev.Tenant, id, e.At, pos, e.PaymentReference, ev.Version), "order", id)
+	case order.Cancelled:
+		projections.ExpectOne(b.Queue(p.cancelled, ev.Tenant, id, e.At, pos, e.Reason, ev.Version), "order", id)
+	default:
+		return projections.Unexpected(ev)
+	}
+	b.Queue(p.restage, ev.Tenant, id)
+	return nil
+}
+
+// WithTables implements projections.Retargetable.
+func (p *OrderFulfilment) WithTables(rename map[string]string) projections.Projection {
+	return New(Tables{OrderFulfilment: projections.Renamed(rename, p.tables.OrderFulfilment)})
+}
