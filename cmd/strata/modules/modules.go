@@ -12,16 +12,21 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/commands/commandapi"
+	cmdfulfilment "github.com/strata-es/strata/commands/fulfilment"
 	cmdinventory "github.com/strata-es/strata/commands/inventory"
 	cmdorders "github.com/strata-es/strata/commands/orders"
+	"github.com/strata-es/strata/commands/process"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/fulfilment"
 	"github.com/strata-es/strata/domain/inventory"
 	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
+	projfulfilment "github.com/strata-es/strata/projections/fulfilment"
 	projinventory "github.com/strata-es/strata/projections/inventory"
 	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
+	rmfulfilment "github.com/strata-es/strata/readmodels/fulfilment"
 	rminventory "github.com/strata-es/strata/readmodels/inventory"
 	rmorders "github.com/strata-es/strata/readmodels/orders"
 	"github.com/strata-es/strata/readmodels/queryapi"
@@ -33,7 +38,18 @@ func All() Set {
 	return Set{
 		{Name: "orders", Codecs: order.Codecs, Migrations: &projorders.Migrations, Commands: cmdorders.Commands, Projections: projorders.All, Queries: rmorders.Queries},
 		{Name: "inventory", Codecs: inventory.Codecs, Migrations: &projinventory.Migrations, Commands: cmdinventory.Commands, Projections: projinventory.All, Queries: rminventory.Queries},
+		{Name: "fulfilment", Codecs: fulfilment.Codecs, Migrations: &projfulfilment.Migrations, Projections: projfulfilment.All, Queries: rmfulfilment.Queries, Processes: fulfilmentProcesses},
 	}
+}
+
+// fulfilmentProcesses reads the payment settings (STRATA_PAYMENT_*) and
+// makes the fulfilment process manager.
+func fulfilmentProcesses(d ProcessDeps) ([]process.Spec, error) {
+	cfg, err := cmdfulfilment.ConfigFromEnv(d.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return cmdfulfilment.Processes(cfg, d.Deps)
 }
 
 // Module is one bounded context: what the engine needs of it. Every part
@@ -53,6 +69,19 @@ type Module struct {
 	Projections func() []projections.Projection
 	// Queries returns the module's query routes.
 	Queries func(d *readmodels.DB) []queryapi.Route
+	// Processes returns the module's process managers (ARCHITECTURE
+	// decision 10), with the commands they issue bound to d's store and the
+	// ports of their external effects; a module reads its own settings
+	// through d.Getenv.
+	Processes func(d ProcessDeps) ([]process.Spec, error)
+}
+
+// ProcessDeps is what a module's process managers are made with: the
+// command side's dependencies (their commands run through the same
+// handlers, under idempotency keys) and the process's settings.
+type ProcessDeps struct {
+	commandapi.Deps
+	Getenv func(string) string
 }
 
 // Set is the modules of one process.
@@ -145,4 +174,33 @@ func (s Set) Queries(d *readmodels.DB) []queryapi.Route {
 		}
 	}
 	return out
+}
+
+// Processes returns every module's process managers; it fails on a
+// module's bad settings and on a process name used twice or also used by
+// a projection (the name is a checkpoint key).
+func (s Set) Processes(d ProcessDeps) ([]process.Spec, error) {
+	seen := map[string]string{}
+	for _, p := range s.Projections() {
+		seen[p.Name()] = "a projection"
+	}
+	var out []process.Spec
+	for _, m := range s {
+		if m.Processes == nil {
+			continue
+		}
+		specs, err := m.Processes(d)
+		if err != nil {
+			return nil, fmt.Errorf("module %s: %w", m.Name, err)
+		}
+		for _, sp := range specs {
+			name := sp.Manager.Name()
+			if by, dup := seen[name]; dup {
+				return nil, fmt.Errorf("module %s: process name %q is used by %s too", m.Name, name, by)
+			}
+			seen[name] = "module " + m.Name
+			out = append(out, sp)
+		}
+	}
+	return out, nil
 }
