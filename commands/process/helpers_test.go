@@ -282,7 +282,7 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	d := testdb.New(t)
 	return newBundle(ctx, t, d.AdminURL, d.App, d.Projector)

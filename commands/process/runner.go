@@ -286,7 +286,8 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 
 	var (
 		errDelay    time.Duration
-		eventsAfter time.Time // a failed batch is retried from then on
+		eventsAfter time.Time     // a failed batch is retried from then on
+		workDelay   time.Duration // after a failed look at the outbox and deadlines
 	)
 	for {
 		var wake <-chan struct{}
@@ -327,7 +328,10 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			if conn.IsClosed() || db.IsUnavailable(err) {
 				return err
 			}
-			r.logger.Warn("process runner: outbox or deadlines failed; retrying", "error", err.Error())
+			workDelay = min(max(2*workDelay, 50*time.Millisecond), 5*time.Second)
+			r.logger.Warn("process runner: outbox or deadlines failed; retrying", "error", err.Error(), "retry_in", workDelay.String())
+		} else {
+			workDelay = 0
 		}
 		if more || busy {
 			continue
@@ -335,6 +339,9 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		timeout := r.cfg.Poll
 		if !next.IsZero() {
 			timeout = min(timeout, max(next.Sub(r.cfg.Now()), time.Millisecond))
+		}
+		if workDelay > 0 {
+			timeout = min(timeout, workDelay)
 		}
 		if !eventsAfter.IsZero() && time.Now().Before(eventsAfter) {
 			timeout = min(timeout, max(time.Until(eventsAfter), time.Millisecond))
