@@ -89,6 +89,8 @@ type Runner struct {
 
 	inflightMu sync.Mutex
 	inflight   map[stepID]bool
+	finished   map[stepID]uint64 // executions finished, by the epoch of the look at the outbox then
+	epoch      uint64
 	workers    sync.WaitGroup
 }
 
@@ -144,6 +146,7 @@ func NewRunner(spec Spec, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerConf
 		status:   RunnerStatus{Process: name, State: StateStopped},
 		kick:     make(chan struct{}, 1),
 		inflight: map[stepID]bool{},
+		finished: map[stepID]uint64{},
 	}
 	r.w = &writer{m: rt, name: name, now: cfg.Now, known: r.known}
 	return r, nil
@@ -288,6 +291,15 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		errDelay    time.Duration
 		eventsAfter time.Time     // a failed batch is retried from then on
 		workDelay   time.Duration // after a failed look at the outbox and deadlines
+		// After a wake-up the log is read again soon, backing off towards
+		// Poll: the events it announced may not be visible yet, because an
+		// older transaction is still open somewhere in the cluster (the
+		// log never skips it, ARCHITECTURE decision 1), and nothing else
+		// would wake the runner when it ends.
+		// A new leader chases too: a wake-up may have come before it
+		// listened.
+		chasing = true
+		repoll  time.Duration
 	)
 	for {
 		var wake <-chan struct{}
@@ -337,6 +349,14 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			continue
 		}
 		timeout := r.cfg.Poll
+		if chasing {
+			repoll = max(2*repoll, 2*time.Millisecond)
+			if repoll < r.cfg.Poll {
+				timeout = repoll
+			} else {
+				chasing, repoll = false, 0
+			}
+		}
 		if !next.IsZero() {
 			timeout = min(timeout, max(next.Sub(r.cfg.Now()), time.Millisecond))
 		}
@@ -353,8 +373,12 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			r.stopped(conn)
 			return nil
 		case <-wake:
+			chasing, repoll = true, 0
 		case <-r.kick:
 		case <-timer.C:
+			if chasing {
+				break
+			}
 			// An idle session may have died unnoticed, and a tool may be
 			// waiting for the lease.
 			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)

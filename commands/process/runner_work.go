@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/projections"
 )
 
 // dueStep is a pending step whose attempt is due.
@@ -40,6 +41,7 @@ const scanChunk = 200
 func (r *Runner) work1(ctx, dctx context.Context, conn *pgx.Conn) (next time.Time, busy bool, err error) {
 	now := r.cfg.Now()
 	tenants := r.sortedTenants()
+	epoch := r.newEpoch()
 	var steps []dueStep
 	var deadlines []dueDeadline
 	later := func(t *time.Time) {
@@ -47,8 +49,14 @@ func (r *Runner) work1(ctx, dctx context.Context, conn *pgx.Conn) (next time.Tim
 			next = *t
 		}
 	}
-	for lo := 0; lo < len(tenants); lo += scanChunk {
+	// Every round probes the pause lock (in the first pipeline): a runner
+	// busy with its outbox must still yield to a tool promptly.
+	paused := false
+	for lo := 0; lo == 0 || lo < len(tenants); lo += scanChunk {
 		b := &pgx.Batch{}
+		if lo == 0 {
+			projections.QueuePauseProbe(b, r.name, &paused)
+		}
 		for _, t := range tenants[lo:min(lo+scanChunk, len(tenants))] {
 			b.Queue(db.SetTenantSQL, t)
 			b.Queue(`SELECT instance, step, kind, name, payload, idem_key, attempts FROM process_steps
@@ -101,6 +109,9 @@ WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND due_at <= $3 OR
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return time.Time{}, false, fmt.Errorf("process %s: read outbox and deadlines: %w", r.name, err)
 		}
+		if paused {
+			return time.Time{}, false, errYield
+		}
 	}
 	for _, d := range deadlines {
 		if err := r.fire(ctx, conn, d); err != nil {
@@ -112,7 +123,7 @@ WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND due_at <= $3 OR
 		busy = true
 	}
 	for _, s := range steps {
-		if !r.claim(s.id) {
+		if !r.claim(s.id, epoch) {
 			continue
 		}
 		r.dispatch(dctx, s)
@@ -120,11 +131,32 @@ WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND due_at <= $3 OR
 	return next, busy, nil
 }
 
-// claim marks a step in flight unless it is already or the dispatcher is
-// at its concurrency.
-func (r *Runner) claim(id stepID) bool {
+// newEpoch starts a look at the outbox: steps whose execution finishes
+// from now on were read as they were before it, so the look must not
+// dispatch them again (their outcome, or their next attempt's time, is
+// recorded by then). It also forgets executions finished before the
+// previous look.
+func (r *Runner) newEpoch() uint64 {
 	r.inflightMu.Lock()
 	defer r.inflightMu.Unlock()
+	r.epoch++
+	for id, e := range r.finished {
+		if e+1 < r.epoch {
+			delete(r.finished, id)
+		}
+	}
+	return r.epoch
+}
+
+// claim marks a step read in the look of epoch in flight, unless it is
+// already, or finished since the look began, or the dispatcher is at its
+// concurrency.
+func (r *Runner) claim(id stepID, epoch uint64) bool {
+	r.inflightMu.Lock()
+	defer r.inflightMu.Unlock()
+	if e, ok := r.finished[id]; ok && e >= epoch {
+		return false
+	}
 	if r.inflight[id] || len(r.inflight) >= r.cfg.Concurrency {
 		return false
 	}
@@ -135,5 +167,6 @@ func (r *Runner) claim(id stepID) bool {
 func (r *Runner) release(id stepID) {
 	r.inflightMu.Lock()
 	delete(r.inflight, id)
+	r.finished[id] = r.epoch
 	r.inflightMu.Unlock()
 }
