@@ -163,3 +163,52 @@ func TestOperatorReadsUnderRLS(t *testing.T) {
 		}
 	})
 }
+
+// TestParkedInBatchOrder: a decision that fails parks its instance, and a
+// later event of that instance in the same batch waits behind it, in
+// order; other instances of the batch are decided.
+func TestParkedInBatchOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.append("t-a", ticketOpened{ID: "p1", Title: "poison"})
+	b.append("t-a", ticketOpened{ID: "k1"})
+	b.append("t-a", ticketClosed{ID: "p1"})
+	b.start(b.runner(RunnerConfig{}))
+	b.statusIs("t-a", "k1", "waiting")
+	var d InstanceDetail
+	b.eventually("both of p1's events to be parked", func() bool {
+		d, _ = b.instance("t-a", "p1")
+		return len(d.History) == 2
+	})
+	if !d.Parked || strings.Join(historyKinds(d), ",") != "parked,parked" {
+		t.Errorf("p1 = %+v, history %v", d.Instance, historyKinds(d))
+	}
+	rows := b.count(`SELECT count(*) FROM dead_letters WHERE stream_id = 'ticket-p1' AND status = 'parked'`)
+	heads := b.count(`SELECT count(*) FROM parked_streams WHERE stream_id = 'ticket-p1' AND head_version = 1`)
+	behind := b.count(`SELECT count(*) FROM dead_letters WHERE stream_id = 'ticket-p1' AND version = 2 AND attempts = 0`)
+	if rows != 2 || heads != 1 || behind != 1 {
+		t.Errorf("letters %d, head at version 1: %d, behind: %d", rows, heads, behind)
+	}
+}
+
+func TestNewRunnerValidates(t *testing.T) {
+	t.Parallel()
+	m, err := New(ticketDefinition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewRunner(Spec{Manager: m, Commands: map[string]CommandFunc{"x": nil}, Ports: map[string]Port{"": PortFunc(nil)}},
+		nil, nil, RunnerConfig{Attempts: -1})
+	for _, want := range []string{"registry is required", "attempts -1", `command "x"`, `port ""`, "event log and the projector pool"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewRunner error %v does not mention %q", err, want)
+		}
+	}
+	_, err = NewRunner(Spec{Manager: m}, nil, nil, RunnerConfig{Registry: testRegistryWithout(typeClosed)})
+	if err == nil || !strings.Contains(err.Error(), "test.closed has no codec") {
+		t.Errorf("NewRunner with a registry lacking a codec: %v", err)
+	}
+	if _, err := NewRunner(Spec{}, nil, nil, RunnerConfig{}); err == nil {
+		t.Errorf("NewRunner without a manager succeeded")
+	}
+}

@@ -442,3 +442,16 @@ func historyKinds(d InstanceDetail) []string {
 	}
 	return out
 }
+
+func testRegistryWithout(typ string) *event.Registry {
+	var codecs []event.Codec
+	for _, c := range []event.Codec{
+		{Type: typeOpened, Version: 1, New: func() event.Payload { return &ticketOpened{} }},
+		{Type: typeClosed, Version: 1, New: func() event.Payload { return &ticketClosed{} }},
+	} {
+		if c.Type != typ {
+			codecs = append(codecs, c)
+		}
+	}
+	return event.NewRegistry(codecs...)
+}

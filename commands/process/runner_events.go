@@ -66,48 +66,89 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	if err := probePause(ctx, tx, r.name); err != nil {
 		return 0, err
 	}
+	// Parking takes the checkpoint row's lock (projections.ParkEvent).
+	// An outcome's or a firing's transaction locks one instance and then,
+	// when it parks, that row; so the batch parks only after it has locked
+	// and decided every instance it touches, and the two never wait for
+	// each other in a cycle. The instances are kept locked and cached for
+	// the batch, so a later event of an instance parked earlier in the
+	// batch parks behind it.
+	type parking struct {
+		inst     *instanceRow
+		rec      event.Record
+		cause    string
+		attempts int
+		sum      inputSummary
+	}
+	var parks []parking
+	type instKey struct{ tenant, instance string }
+	locked := map[instKey]*instanceRow{}
 	tenant := ""
+	setTenant := func(t string) error {
+		if t == tenant {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, db.SetTenantSQL, t); err != nil {
+			return err
+		}
+		tenant = t
+		return nil
+	}
 	added := map[string]bool{}
 	for _, it := range items {
 		rec := it.ev.Record
-		if rec.Tenant != tenant {
-			if _, err := tx.Exec(ctx, db.SetTenantSQL, rec.Tenant); err != nil {
-				return 0, err
-			}
-			tenant = rec.Tenant
-		}
-		inst, err := lockInstance(ctx, tx, r.name, rec.Tenant, it.instance)
-		if err != nil {
+		if err := setTenant(rec.Tenant); err != nil {
 			return 0, err
 		}
-		if !inst.exists {
-			inst.stream = it.stream
+		k := instKey{rec.Tenant, it.instance}
+		inst := locked[k]
+		if inst == nil {
+			row, err := lockInstance(ctx, tx, r.name, rec.Tenant, it.instance)
+			if err != nil {
+				return 0, err
+			}
+			if !row.exists {
+				row.stream = it.stream
+			}
+			inst = &row
+			locked[k] = inst
 		}
 		ev := it.ev
 		in := Input{Kind: InputEvent, Instance: it.instance, Tenant: tenantID(rec.Tenant), At: rec.RecordedAt, Event: &ev}
+		var err error
 		switch {
 		case inst.parked:
-			err = r.w.park(ctx, tx, &inst, rec, "", 0, summarize(in))
+			parks = append(parks, parking{inst: inst, rec: rec, sum: summarize(in)})
 		case inst.done:
-			err = r.w.record(ctx, tx, &inst, histIgnored, summarize(in), "the instance is done")
+			err = r.w.record(ctx, tx, inst, histIgnored, summarize(in), "the instance is done")
 		default:
-			var n int
-			n, err = r.w.apply(ctx, tx, &inst, in)
+			_, err = r.w.apply(ctx, tx, inst, in)
 			var poison *poisonError
 			if errors.As(err, &poison) {
 				r.logger.Warn("process decision failed; the instance is parked", "tenant", rec.Tenant, "instance", it.instance,
 					"event", rec.ID, "error", poison.Error())
-				err = r.w.park(ctx, tx, &inst, rec, poison.Error(), 1, summarize(in))
-			}
-			if n > 0 {
-				added[rec.Tenant] = true
+				parks = append(parks, parking{inst: inst, rec: rec, cause: poison.Error(), attempts: 1, sum: summarize(in)})
+				inst.parked, err = true, nil
 			}
 		}
 		if err != nil {
 			return 0, err
 		}
-		// Any decision may have set deadlines: the tenant has work.
+		// Any decision may have issued steps or set deadlines.
 		added[rec.Tenant] = true
+	}
+	for _, p := range parks {
+		if err := setTenant(p.inst.tenant); err != nil {
+			return 0, err
+		}
+		// park sees the instance as not parked yet for the head, parked
+		// for those behind it.
+		if p.attempts > 0 {
+			p.inst.parked = false
+		}
+		if err := r.w.park(ctx, tx, p.inst, p.rec, p.cause, p.attempts, p.sum); err != nil {
+			return 0, err
+		}
 	}
 	ct, err := tx.Exec(ctx, `UPDATE projection_checkpoints
 SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now()
