@@ -161,6 +161,21 @@ func TestOperatorReadsUnderRLS(t *testing.T) {
 		if n != 4 {
 			t.Errorf("%d process tables with forced RLS, want 4", n)
 		}
+		// The projector's policy filters both ways by the tenant, and
+		// nobody may TRUNCATE (the catalog test checks every table so).
+		tenantExpr := "(tenant_id = current_setting('app.tenant_id'::text, true))"
+		for _, table := range []string{"process_instances", "process_steps", "process_deadlines", "process_history"} {
+			var full, truncate bool
+			if err := conn.QueryRow(context.Background(), `SELECT
+    EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = $1::regclass AND pg_get_expr(p.polqual, p.polrelid) = $2 AND pg_get_expr(p.polwithcheck, p.polrelid) = $2
+            AND p.polroles = ARRAY['strata_projector'::regrole::oid]),
+    has_table_privilege('strata_app', $1, 'TRUNCATE') OR has_table_privilege('strata_projector', $1, 'TRUNCATE')`, table, tenantExpr).Scan(&full, &truncate); err != nil {
+				t.Fatal(err)
+			}
+			if !full || truncate {
+				t.Errorf("%s: projector policy on the tenant both ways %v, TRUNCATE granted %v", table, full, truncate)
+			}
+		}
 	})
 }
 
