@@ -212,9 +212,9 @@ func TestNewRunnerValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = NewRunner(Spec{Manager: m, Commands: map[string]CommandFunc{"x": nil}, Ports: map[string]Port{"": PortFunc(nil)}},
+	_, err = NewRunner(Spec{Manager: m, Commands: map[string]CommandFunc{"x": nil}, Ports: map[string]Port{"": testPortOK, "nilfunc": PortFunc(nil)}},
 		nil, nil, RunnerConfig{Attempts: -1})
-	for _, want := range []string{"registry is required", "attempts -1", `command "x"`, `port ""`, "event log and the projector pool"} {
+	for _, want := range []string{"registry is required", "attempts -1", `command "x"`, `port ""`, `port "nilfunc"`, "event log and the projector pool"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("NewRunner error %v does not mention %q", err, want)
 		}

@@ -455,3 +455,5 @@ func testRegistryWithout(typ string) *event.Registry {
 	}
 	return event.NewRegistry(codecs...)
 }
+
+var testPortOK = PortFunc(func(context.Context, domain.TenantID, string, json.RawMessage) (json.RawMessage, error) { return nil, nil })

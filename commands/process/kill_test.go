@@ -66,8 +66,40 @@ func TestCrashBetweenAppendAndOutcome(t *testing.T) {
 	}
 }
 
-// TestCrashChild is the runner process TestCrashBetweenAppendAndOutcome
-// kills. Run on its own (no child URL) it does nothing.
+// TestCrashBeforeBatchCommit kills a runner process with SIGKILL after
+// its batch wrote the instance, its steps, deadline and history and moved
+// the checkpoint, before COMMIT (process.before-commit). Nothing of it is
+// left; a new runner decides the event once.
+func TestCrashBeforeBatchCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.append("t-a", ticketOpened{ID: "k1"})
+	cmd := exec.CommandContext(b.ctx, os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childURLEnv+"="+b.url, failpoint.EnvVar+"="+FailpointBeforeCommit)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child did not die at its failpoint: %v\n%s", err, out)
+	}
+	for _, table := range []string{"process_instances", "process_steps", "process_deadlines", "process_history"} {
+		if n := b.count(`SELECT count(*) FROM ` + table); n != 0 {
+			t.Errorf("after the crash %s has %d rows", table, n)
+		}
+	}
+	if n := b.count(`SELECT count(*) FROM projection_checkpoints WHERE projection = 'ticket' AND pos_major > 0`); n != 0 {
+		t.Errorf("the checkpoint moved")
+	}
+	b.start(b.runner(RunnerConfig{}))
+	d := b.statusIs("t-a", "k1", "waiting")
+	if got := strings.Join(historyKinds(d), ","); got != "event,outcome,outcome" {
+		t.Errorf("history = %s", got)
+	}
+	if n := b.count(`SELECT count(*) FROM events WHERE stream_id = 'assign-k1'`); n != 1 {
+		t.Errorf("assignment events = %d", n)
+	}
+}
+
+// TestCrashChild is the runner process the crash tests kill. Run on its own (no child URL) it does nothing.
 func TestCrashChild(t *testing.T) {
 	url := os.Getenv(childURLEnv)
 	if url == "" {

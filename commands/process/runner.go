@@ -120,7 +120,7 @@ func NewRunner(spec Spec, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerConf
 		}
 	}
 	for n, p := range spec.Ports {
-		if n == "" || p == nil {
+		if f, ok := p.(PortFunc); n == "" || p == nil || ok && f == nil {
 			errs = append(errs, fmt.Errorf("port %q: a name and a Port are required", n))
 		}
 	}
