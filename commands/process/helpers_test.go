@@ -456,4 +456,6 @@ func testRegistryWithout(typ string) *event.Registry {
 	return event.NewRegistry(codecs...)
 }
 
-var testPortOK = PortFunc(func(context.Context, domain.TenantID, string, json.RawMessage) (json.RawMessage, error) { return nil, nil })
+var testPortOK = PortFunc(func(context.Context, domain.TenantID, string, json.RawMessage) (json.RawMessage, error) {
+	return nil, nil
+})
