@@ -59,6 +59,14 @@ var envVars = map[string]string{
 	"STRATA_TENANT_IN_FLIGHT_WAITS":     "queries of one tenant waiting for a consistency token at once, before 429 (default 16, or unlimited)",
 	"STRATA_TENANT_IN_FLIGHT_OVERRIDES": "per-tenant in-flight limits, e.g. acme:commands=128; beta:waits=4",
 	"STRATA_BODY_TIMEOUT":               "how long a request body may take to arrive before 408 (default 5s)",
+
+	// Process managers (docs/process-managers.md) and the fulfilment module's payments (docs/fulfilment.md).
+	"STRATA_PROCESS_POLL":         "how often process managers look at the log, their outbox and their deadlines when nothing wakes them (default 1s)",
+	"STRATA_PROCESS_ATTEMPTS":     "attempts at a process step (command or provider call) that fails transiently before its instance is parked in the dead-letter store (default 5)",
+	"STRATA_PAYMENT_PROVIDER":     "fulfilment's payment provider: manual (default; the customer pays with POST /v1/orders/{id}/pay) or http",
+	"STRATA_PAYMENT_URL":          "base URL of the http payment provider's capture API (required for http, refused for manual)",
+	"STRATA_PAYMENT_TIMEOUT":      "how long a placed order may stay unpaid before fulfilment cancels it, e.g. 15m (default 15m, at least 1s)",
+	"STRATA_PAYMENT_HTTP_TIMEOUT": "bound on one call to the http payment provider (default 5s)",
 }
 
 func (e env) str(name, def string) string {

@@ -23,6 +23,7 @@ import (
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/commands/process"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/esdb"
@@ -32,6 +33,7 @@ import (
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/telemetry"
+	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -146,6 +148,28 @@ type app struct {
 	tracing    bool // an exporter is configured
 	workers    []worker
 	readiness  []readinessCheck
+	processes  []process.Spec      // the modules' process managers (projector role)
+	wake       *projections.Signal // appends happened: wakes projection and process runners
+}
+
+// projectionWake returns the signal that wakes this process's runners
+// after appends (here or, through LISTEN, in other processes), starting
+// its forwarder and listener on first use.
+func (a *app) projectionWake() *projections.Signal {
+	if a.wake != nil {
+		return a.wake
+	}
+	a.wake = projections.NewSignal()
+	a.workers = append(a.workers,
+		worker{name: "projection wake-up", run: func(ctx context.Context) error {
+			projections.Forward(ctx, a.appended.C, a.wake)
+			return nil
+		}},
+		worker{name: "projection listener", run: func(ctx context.Context) error {
+			return projections.Listen(ctx, a.projPool, a.wake, a.logger)
+		}},
+	)
+	return a.wake
 }
 
 // slotGate takes a slot for the request's tenant or refuses with the error.
@@ -309,7 +333,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	for _, w := range []struct {
 		role string
 		wire func(*app) error
-	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireRelay}} {
+	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}} {
 		if roles[w.role] {
 			if err := w.wire(a); err != nil {
 				return fmt.Errorf("start %s role: %w", w.role, err)

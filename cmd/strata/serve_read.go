@@ -95,16 +95,7 @@ func wireProjector(a *app) error {
 		return err
 	}
 	rs := readSideOf(a)
-	wake := projections.NewSignal()
-	a.workers = append(a.workers,
-		worker{name: "projection wake-up", run: func(ctx context.Context) error {
-			projections.Forward(ctx, a.appended.C, wake)
-			return nil
-		}},
-		worker{name: "projection listener", run: func(ctx context.Context) error {
-			return projections.Listen(ctx, a.projPool, wake, a.logger)
-		}},
-	)
+	wake := a.projectionWake()
 	var runners []*projections.Runner
 	// Runners catching up together (a fresh install, a restart far behind)
 	// read and decode each batch once between them.

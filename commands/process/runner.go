@@ -85,7 +85,8 @@ type Runner struct {
 
 	// Owned by the goroutine in Run.
 	checkpoint event.Position
-	work       map[string]bool // tenants that may have pending steps or deadlines
+	ledger     *projections.LedgerBook // the checkpoint's completeness ledger
+	work       map[string]bool         // tenants that may have pending steps or deadlines
 
 	inflightMu sync.Mutex
 	inflight   map[stepID]bool
@@ -402,9 +403,9 @@ func (r *Runner) begin(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, `INSERT INTO projection_checkpoints (projection) VALUES ($1) ON CONFLICT (projection) DO NOTHING`, r.name); err != nil {
 		return fmt.Errorf("create checkpoint of %s: %w", r.name, err)
 	}
-	var major, minor string
+	var major, minor, generation string
 	if err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = 'running', updated_at = now()
-WHERE projection = $1 RETURNING pos_major::text, pos_minor::text`, r.name).Scan(&major, &minor); err != nil {
+WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::text`, r.name).Scan(&major, &minor, &generation); err != nil {
 		return fmt.Errorf("load checkpoint of %s: %w", r.name, err)
 	}
 	pos, err := parsePosition(major, minor)
@@ -412,6 +413,7 @@ WHERE projection = $1 RETURNING pos_major::text, pos_minor::text`, r.name).Scan(
 		return err
 	}
 	r.checkpoint = pos
+	r.ledger = projections.NewLedgerBook(r.name, generation)
 	tenants, err := projections.Tenants(ctx, conn)
 	if err != nil {
 		return err

@@ -34,11 +34,13 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	// not decode (a codec missing after a deploy) stops the process
 	// there, never skipped, as it would stop a projection.
 	type item struct {
+		idx              int // in recs
 		ev               Event
 		instance, stream string
 	}
 	var items []item
-	for _, rec := range recs {
+	uses := make([]projections.LedgerUse, len(recs)) // for the completeness ledger; skipped unless decided or parked
+	for i, rec := range recs {
 		if !r.handles[rec.Type] {
 			continue
 		}
@@ -54,9 +56,12 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		if err := validInstance(instance); err != nil || stream == "" {
 			return 0, fmt.Errorf("process %s: Correlate gave event %s instance %q stream %q: want an entity ID and a stream", r.name, rec.ID, instance, stream)
 		}
-		items = append(items, item{ev: ev, instance: instance, stream: stream})
+		items = append(items, item{idx: i, ev: ev, instance: instance, stream: stream})
 	}
 	last := recs[len(recs)-1].Position
+	if err := r.ledger.Load(ctx, conn, recs); err != nil {
+		return 0, err
+	}
 
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -115,9 +120,11 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		}
 		ev := it.ev
 		in := Input{Kind: InputEvent, Instance: it.instance, Tenant: tenantID(rec.Tenant), At: rec.RecordedAt, Event: &ev}
+		uses[it.idx] = projections.LedgerApplied // decided, or recorded as ignored by a done instance
 		var err error
 		switch {
 		case inst.parked:
+			uses[it.idx] = projections.LedgerParked
 			parks = append(parks, parking{inst: inst, rec: rec, sum: summarize(in)})
 		case inst.done:
 			err = r.w.record(ctx, tx, inst, histIgnored, summarize(in), "the instance is done")
@@ -127,6 +134,7 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 			if errors.As(err, &poison) {
 				r.logger.Warn("process decision failed; the instance is parked", "tenant", rec.Tenant, "instance", it.instance,
 					"event", rec.ID, "error", poison.Error())
+				uses[it.idx] = projections.LedgerParked
 				parks = append(parks, parking{inst: inst, rec: rec, cause: poison.Error(), attempts: 1, sum: summarize(in)})
 				inst.parked, err = true, nil
 			}
@@ -150,6 +158,11 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 			return 0, err
 		}
 	}
+	lb := &pgx.Batch{}
+	counted := r.ledger.Queue(lb, recs, func(i int) projections.LedgerUse { return uses[i] })
+	if err := tx.SendBatch(ctx, lb).Close(); err != nil {
+		return 0, fmt.Errorf("process %s: completeness ledger: %w", r.name, err)
+	}
 	ct, err := tx.Exec(ctx, `UPDATE projection_checkpoints
 SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now()
 WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric`,
@@ -168,6 +181,7 @@ WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text
 		return 0, fmt.Errorf("process %s: commit batch: %w", r.name, err)
 	}
 	r.checkpoint = last
+	r.ledger.Commit(counted)
 	r.mu.Lock()
 	r.status.Checkpoint = last
 	r.mu.Unlock()

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/commands"
+	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/internal/telemetry"
+	"github.com/strata-es/strata/projections"
+)
+
+// wireProcesses runs every module's process managers in the projector
+// role (ARCHITECTURE decision 10): one runner per process, one active
+// across processes under its lease. Their commands go through the same
+// store, idempotency records and command middleware as the command API's.
+func wireProcesses(a *app) error {
+	specs, err := a.mods.Processes(modules.ProcessDeps{
+		Deps: commandapi.Deps{
+			Store:       telemetry.InstrumentStore(a.events, a.metrics),
+			Idempotency: a.store,
+			Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
+		},
+		Getenv: func(name string) string { return a.env.str(name, "") }, // documented in envVars
+	})
+	if err != nil {
+		return err
+	}
+	a.processes = specs
+	if len(specs) == 0 {
+		return nil
+	}
+	poll, err := a.env.duration("STRATA_PROCESS_POLL", time.Second)
+	if err != nil {
+		return err
+	}
+	attempts, err := a.env.integer("STRATA_PROCESS_ATTEMPTS", 5)
+	if err != nil {
+		return err
+	}
+	if attempts < 1 {
+		return fmt.Errorf("STRATA_PROCESS_ATTEMPTS=%d: want at least 1", attempts)
+	}
+	pm := a.metrics.NewProcessMetrics()
+	wake := a.projectionWake()
+	var runners []*process.Runner
+	for _, spec := range specs {
+		r, err := process.NewRunner(spec, a.log, a.projPool, process.RunnerConfig{
+			Registry: a.registry,
+			Logger:   a.logger,
+			Wake:     wake,
+			Poll:     poll,
+			Attempts: attempts,
+			OnStep: func(s process.StepReport) {
+				pm.Steps.WithLabelValues(s.Process, string(s.Kind), s.Name, string(s.Outcome)).Inc()
+				pm.StepDuration.WithLabelValues(s.Process, string(s.Kind), s.Name).Observe(s.Duration.Seconds())
+			},
+			OnFire: func(f process.FireReport) {
+				pm.DeadlineLag.WithLabelValues(f.Process).Observe(max(f.Lag, 0).Seconds())
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("process %s: %w", spec.Manager.Name(), err)
+		}
+		runners = append(runners, r)
+		a.workers = append(a.workers, worker{name: "process " + spec.Manager.Name(), run: r.Run})
+	}
+	a.metrics.RegisterProcesses(func(ctx context.Context) ([]telemetry.ProcessStat, error) {
+		return processStats(ctx, a, specs)
+	})
+	a.readiness = append(a.readiness, readinessCheck{"processes", func(ctx context.Context) error {
+		var waiting []string
+		for _, r := range runners {
+			if s := r.Status().State; s == process.StateStarting || s == process.StateStopped {
+				waiting = append(waiting, r.Name()+" "+string(s))
+			}
+		}
+		if len(waiting) > 0 {
+			return errors.New("process runners not connected: " + strings.Join(waiting, ", "))
+		}
+		return nil
+	}})
+	return nil
+}
+
+// processStats reads instances by status and overdue deadlines of every
+// tenant for the metrics.
+func processStats(ctx context.Context, a *app, specs []process.Spec) ([]telemetry.ProcessStat, error) {
+	tenants, err := projections.Tenants(ctx, a.projPool)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := process.CountByStatus(ctx, a.projPool, tenants)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	overdue, err := process.OverdueByProcess(ctx, a.projPool, tenants, now)
+	if err != nil {
+		return nil, err
+	}
+	var out []telemetry.ProcessStat
+	for _, s := range specs {
+		name := s.Manager.Name()
+		st := telemetry.ProcessStat{Process: name, ByStatus: counts[name]}
+		if o, ok := overdue[name]; ok {
+			st.Overdue = o.Deadlines
+			if o.OldestDue != nil {
+				st.OldestOverdue = now.Sub(*o.OldestDue)
+			}
+			if st.ByStatus == nil {
+				st.ByStatus = map[string]int64{}
+			}
+			st.ByStatus["parked"] = o.Parked
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
