@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/strata-es/strata/commands/process"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -163,6 +164,9 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		if p, ok := s.byName[name]; ok {
 			return p, true
 		}
+		if _, ok := s.processManager(name); ok {
+			return nil, true // retried through the process runtime
+		}
 		p, ok := consumers[name]
 		return p, ok
 	}
@@ -210,7 +214,7 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 	// One lease per projection, held while its streams are retried. A
 	// consumer's is taken the same way: the consumer probes its pause lock
 	// in every message's transaction and nacks its messages meanwhile.
-	for _, name := range append(s.Names(), slices.Sorted(maps.Keys(consumers))...) {
+	for _, name := range append(append(s.Names(), s.ProcessNames()...), slices.Sorted(maps.Keys(consumers))...) {
 		var mine []target
 		for _, t := range targets {
 			if t.projection == name {
@@ -225,8 +229,15 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		if err != nil {
 			return report, err
 		}
+		m, isProcess := s.processManager(name)
 		for _, t := range mine {
-			out, err := projections.RetryStream(ctx, x, p, s.cfg.Registry, t.tenant, t.stream, spec.Actor)
+			var out projections.RetryOutcome
+			var err error
+			if isProcess {
+				out, err = s.retryInstance(ctx, x, m, t.tenant, t.stream, spec.Actor)
+			} else {
+				out, err = projections.RetryStream(ctx, x, p, s.cfg.Registry, t.tenant, t.stream, spec.Actor)
+			}
 			if errors.Is(err, projections.ErrNotParked) {
 				continue // unparked meanwhile (by its runner's own retry)
 			}
@@ -283,6 +294,14 @@ func (s *Service) Discard(ctx context.Context, tenant string, id int64, actor, r
 		return l, err
 	}
 	defer x.Release()
+	if m, ok := s.processManager(l.Projection); ok {
+		// A process's parked instance is discarded whole: the letter and
+		// those behind it, and its parked steps.
+		if _, err := process.DiscardInstance(ctx, x, m, l.Tenant, l.Event.Stream, actor, reason); err != nil {
+			return l, err
+		}
+		return s.DeadLetter(ctx, l.Tenant, id)
+	}
 	out, err := projections.DiscardDeadLetter(ctx, x, l.Tenant, id, actor, reason)
 	switch {
 	case errors.Is(err, projections.ErrLetterResolved):

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/commands/process"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
@@ -76,6 +77,10 @@ type Config struct {
 	// Projections are the projections the tooling knows: every module's
 	// (required). A rebuild needs projections.Retargetable.
 	Projections []projections.Projection
+	// Processes are the process managers the tooling knows: their parked
+	// instances are retried and discarded through the process runtime,
+	// their instances listed (optional).
+	Processes []process.Manager
 	// ConsumerProjection, when set, lets the dead-letter operations retry
 	// the letters of broker-fed consumers (relay.Consumer). A consumer's
 	// checkpoint row names the projection it applies and that projection's

@@ -61,6 +61,7 @@ var envVars = map[string]string{
 	"STRATA_BODY_TIMEOUT":               "how long a request body may take to arrive before 408 (default 5s)",
 
 	// Process managers (docs/process-managers.md) and the fulfilment module's payments (docs/fulfilment.md).
+	"STRATA_PROCESSES":            "process managers the projector role runs: all (default), none, or a comma-separated list of names (e.g. fulfilment)",
 	"STRATA_PROCESS_POLL":         "how often process managers look at the log, their outbox and their deadlines when nothing wakes them (default 1s)",
 	"STRATA_PROCESS_ATTEMPTS":     "attempts at a process step (command or provider call) that fails transiently before its instance is parked in the dead-letter store (default 5)",
 	"STRATA_PAYMENT_PROVIDER":     "fulfilment's payment provider: manual (default; the customer pays with POST /v1/orders/{id}/pay) or http",

@@ -29,7 +29,15 @@ func TestMain(m *testing.M) {
 
 // testEnv returns a getenv for run: the given variables and nothing else.
 func testEnv(vars map[string]string) func(string) string {
-	return func(k string) string { return vars[k] }
+	return func(k string) string {
+		if v, ok := vars[k]; ok || k != "STRATA_PROCESSES" {
+			return v
+		}
+		// The engine's tests drive orders alone: the fulfilment process
+		// manager would cancel orders whose stock was never received,
+		// racing the tests' own commands. Its tests turn it on.
+		return "none"
+	}
 }
 
 // startServe runs `strata serve` in-process on a free port and returns its

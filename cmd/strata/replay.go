@@ -24,6 +24,8 @@ Usage:
   strata replay rebuild --projection NAME[,NAME] | --all [--tenant T] [--from TOKEN] [--dry-run] [--json]
   strata replay rebuild --projection NAME [--tenant T] --abort
   strata replay verify [--projection P[,P]] [--tenant T] [--deep] [--json]
+  strata replay processes list [--process P] [--status S] [--parked] [--stuck 5m] [--tenant T] [--limit N] [--json]
+  strata replay processes show PROCESS INSTANCE --tenant T [--json]
   strata replay dlq list [--projection P] [--tenant T] [--stream S] [--status parked|retried|discarded|superseded|all] [--limit N] [--json]
   strata replay dlq show ID [--tenant T] [--json]
   strata replay dlq retry ID | --stream S | --all [--projection P] [--tenant T] [--json]
@@ -75,6 +77,8 @@ func cmdReplay(ctx context.Context, args []string, e env, stdout, stderr io.Writ
 		return replayRebuild(ctx, args[1:], e, stdout, stderr)
 	case "verify":
 		return replayVerify(ctx, args[1:], e, stdout, stderr)
+	case "processes":
+		return replayProcesses(ctx, args[1:], e, stdout, stderr)
 	case "dlq":
 		if len(args) < 2 {
 			return usageError(stderr, "dlq needs a subcommand: list, show, retry or discard")
@@ -91,7 +95,7 @@ func cmdReplay(ctx context.Context, args []string, e env, stdout, stderr io.Writ
 		}
 		return usageError(stderr, "unknown dlq subcommand %q: want list, show, retry or discard", args[1])
 	}
-	return usageError(stderr, "unknown subcommand %q: want status, rebuild, verify or dlq", args[0])
+	return usageError(stderr, "unknown subcommand %q: want status, rebuild, verify, processes or dlq", args[0])
 }
 
 // parseArgs parses flags placed before and after positional arguments.

@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/commands"
+	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/commands/process"
 
 	"github.com/strata-es/strata/eventstore/esdb"
 	"github.com/strata-es/strata/eventstore/postgres"
@@ -106,8 +109,21 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 	if err != nil {
 		return fail(err)
 	}
+	// The process managers, as serve makes them (their settings decide how
+	// a retried input is decided); the CLI never executes their commands.
+	specs, err := mods.Processes(modules.ProcessDeps{
+		Deps:   commandapi.Deps{Config: commands.Config{Registry: registry}},
+		Getenv: func(name string) string { return e.str(name, "") },
+	})
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", replay.ErrInvalid, err))
+	}
+	var managers []process.Manager
+	for _, sp := range specs {
+		managers = append(managers, sp.Manager)
+	}
 	svc, err := replay.New(replay.Config{Pool: proj, App: app, Owner: owner, Log: log, Logger: logger,
-		Projections: mods.Projections(), Registry: registry,
+		Projections: mods.Projections(), Processes: managers, Registry: registry,
 		Runner:             projections.RunnerConfig{BatchSize: batch, Failures: policy},
 		ConsumerProjection: relay.ConsumerProjection})
 	if err != nil {

@@ -148,7 +148,9 @@ type app struct {
 	tracing    bool // an exporter is configured
 	workers    []worker
 	readiness  []readinessCheck
-	processes  []process.Spec      // the modules' process managers (projector role)
+	processes  []process.Spec // the process managers this process runs (projector role)
+	allSpecs   []process.Spec // every module's process managers, made once
+	specsMade  bool
 	wake       *projections.Signal // appends happened: wakes projection and process runners
 }
 

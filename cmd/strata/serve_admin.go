@@ -59,8 +59,12 @@ func wireAdmin(a *app) error {
 	}
 	// Rebuilds' DDL and swaps run on the owner connection (nil without
 	// DATABASE_URL: rebuilds are then refused with what to set).
+	managers, err := a.processManagers()
+	if err != nil {
+		return err
+	}
 	svc, err := replay.New(replay.Config{Pool: a.projPool, App: a.appPool, Owner: a.pools.owner, Log: a.log, Logger: a.logger,
-		Projections: a.mods.Projections(), Registry: a.registry,
+		Projections: a.mods.Projections(), Processes: managers, Registry: a.registry,
 		Runner:             projections.RunnerConfig{Failures: policy},
 		ConsumerProjection: relay.ConsumerProjection})
 	if err != nil {

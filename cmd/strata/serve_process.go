@@ -20,15 +20,11 @@ import (
 // across processes under its lease. Their commands go through the same
 // store, idempotency records and command middleware as the command API's.
 func wireProcesses(a *app) error {
-	specs, err := a.mods.Processes(modules.ProcessDeps{
-		Deps: commandapi.Deps{
-			Store:       telemetry.InstrumentStore(a.events, a.metrics),
-			Idempotency: a.store,
-			Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
-		},
-		Getenv: func(name string) string { return a.env.str(name, "") }, // documented in envVars
-	})
+	specs, err := a.processSpecs()
 	if err != nil {
+		return err
+	}
+	if specs, err = selectProcesses(specs, a.env.str("STRATA_PROCESSES", "all")); err != nil {
 		return err
 	}
 	a.processes = specs
@@ -88,6 +84,43 @@ func wireProcesses(a *app) error {
 	return nil
 }
 
+// processSpecs makes the modules' process managers once per serve process:
+// their commands go through the command side's store, idempotency records
+// and telemetry middleware.
+func (a *app) processSpecs() ([]process.Spec, error) {
+	if a.specsMade {
+		return a.allSpecs, nil
+	}
+	specs, err := a.mods.Processes(modules.ProcessDeps{
+		Deps: commandapi.Deps{
+			Store:       telemetry.InstrumentStore(a.events, a.metrics),
+			Idempotency: a.store,
+			Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
+		},
+		Getenv: func(name string) string { return a.env.str(name, "") }, // documented in envVars
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.allSpecs, a.specsMade = specs, true
+	return specs, nil
+}
+
+// processManagers returns every module's process managers (the admin API
+// and replay tooling show and retry them whether or not this process runs
+// them).
+func (a *app) processManagers() ([]process.Manager, error) {
+	specs, err := a.processSpecs()
+	if err != nil {
+		return nil, err
+	}
+	var out []process.Manager
+	for _, s := range specs {
+		out = append(out, s.Manager)
+	}
+	return out, nil
+}
+
 // processStats reads instances by status and overdue deadlines of every
 // tenant for the metrics.
 func processStats(ctx context.Context, a *app, specs []process.Spec) ([]telemetry.ProcessStat, error) {
@@ -119,6 +152,33 @@ func processStats(ctx context.Context, a *app, specs []process.Spec) ([]telemetr
 			st.ByStatus["parked"] = o.Parked
 		}
 		out = append(out, st)
+	}
+	return out, nil
+}
+
+// selectProcesses keeps the processes STRATA_PROCESSES names: all (the
+// default), none, or a comma-separated list of process names.
+func selectProcesses(specs []process.Spec, setting string) ([]process.Spec, error) {
+	switch setting = strings.TrimSpace(setting); setting {
+	case "all":
+		return specs, nil
+	case "none":
+		return nil, nil
+	}
+	byName := map[string]process.Spec{}
+	var known []string
+	for _, s := range specs {
+		byName[s.Manager.Name()] = s
+		known = append(known, s.Manager.Name())
+	}
+	var out []process.Spec
+	for _, n := range strings.Split(setting, ",") {
+		n = strings.TrimSpace(n)
+		s, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("STRATA_PROCESSES=%q: no process %q (want all, none or some of: %s)", setting, n, strings.Join(known, ", "))
+		}
+		out = append(out, s)
 	}
 	return out, nil
 }

@@ -79,6 +79,8 @@ func (a *API) Register(r *mux.Router) {
 	s.HandleFunc("/v1/admin/dead-letters/{id:[0-9]+}", a.show).Methods(http.MethodGet).Name(RouteDeadLetter)
 	s.HandleFunc("/v1/admin/dead-letters/{id:[0-9]+}/retry", a.retryOne).Methods(http.MethodPost).Name(RouteDeadLetterRetry)
 	s.HandleFunc("/v1/admin/dead-letters/{id:[0-9]+}/discard", a.discard).Methods(http.MethodPost).Name(RouteDeadLetterDrop)
+	s.HandleFunc("/v1/admin/processes", a.processes).Methods(http.MethodGet).Name(RouteProcesses)
+	s.HandleFunc("/v1/admin/processes/{process}/instances/{instance}", a.processInstance).Methods(http.MethodGet).Name(RouteProcessInstance)
 }
 
 func badRequest(msg string) error {

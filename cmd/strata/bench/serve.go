@@ -52,6 +52,10 @@ func (e *Env) startServe(ctx context.Context, url string) (*server, error) {
 		"STRATA_TENANT_IN_FLIGHT_WAITS=unlimited",
 		"STRATA_LOG_LEVEL=error",
 		"STRATA_DATA_DIR="+os.TempDir(),
+		// The command path alone, comparable with earlier runs: the
+		// workload's orders have no stock, and the fulfilment process
+		// manager would cancel each placed one, adding its own load.
+		"STRATA_PROCESSES=none",
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
