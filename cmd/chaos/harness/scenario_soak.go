@@ -122,10 +122,12 @@ func (e *env) startSoak(ctx context.Context, cfg R18Config) (*soakRun, error) {
 		sup.Stop(5 * time.Second)
 		return nil, err
 	}
-	client := newHTTPClient(16)
-	// Connections opened for a burst of retries close again once idle,
-	// so that the servers' goroutines measure the servers, not how many
-	// connections the harness keeps.
+	// Few idle connections, closed soon: a connection opened for a burst
+	// of retries (or a slow moment) closes again instead of holding a
+	// goroutine in the server, so that the servers' goroutines measure
+	// the servers, not how many connections the harness keeps. The open
+	// loop needs a few at a time.
+	client := newHTTPClient(4)
 	client.Transport.(*http.Transport).IdleConnTimeout = 5 * time.Second
 	run.s = &loadScenario{id: R18, db: name, url: url, sup: sup, w: w,
 		load: &loadRun{cfg: lc, w: w, urls: sup.URLs(), client: client, hist: &history{}, inflight: make([]atomic.Int64, cfg.Processes)}}
@@ -320,7 +322,7 @@ func (run *soakRun) hold(ctx context.Context, w *faultWindow) error {
 func (e *env) runR18(ctx context.Context, r *Result) (err error) {
 	cfg := e.cfg.R18
 	plan := planSoak(cfg)
-	r.Title = fmt.Sprintf("soak: %s at %.0f %% of the measured maximum, a fault every %s", cfg.Duration, 100*cfg.LoadFraction, plan.Every.Round(time.Second))
+	r.Title = fmt.Sprintf("soak: %s at %.0f %% of the measured maximum, a fault every %s", cfg.Duration, 100*cfg.LoadFraction, plan.Every)
 	if err := e.createDatabase(ctx, "chaos_other"); err != nil {
 		return err
 	}
@@ -391,7 +393,7 @@ func (e *env) runR18(ctx context.Context, r *Result) (err error) {
 	for _, w := range windows {
 		counts[w.Kind]++
 	}
-	r.check(fmt.Sprintf("faults during the soak (R1, R2, R5 in turn, every %s)", plan.Every.Round(time.Second)),
+	r.check(fmt.Sprintf("faults during the soak (R1, R2, R5 in turn, every %s)", plan.Every),
 		fmt.Sprintf("%d, each kind", plan.Faults), fmt.Sprintf("%d (R1 %d, R2 %d, R5 %d)", len(windows), counts[R1], counts[R2], counts[R5]),
 		len(windows) == plan.Faults && counts[R1] > 0 && counts[R2] > 0 && counts[R5] > 0)
 	scheduled := int(math.Ceil(cfg.Duration.Seconds() * rate)) // k/rate < Duration

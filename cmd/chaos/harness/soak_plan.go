@@ -28,7 +28,9 @@ type soakPlan struct {
 	// Settle, and only samples outside windows are judged.
 	Settle time.Duration
 	// Warmup: an incarnation's RSS is judged from this long after its
-	// start.
+	// start: a third of the soak, at least one fault interval, at most 3
+	// minutes (a process restarted by an R1 fault warms up at the soak's
+	// rate, more slowly than the first ones, which had the burst).
 	Warmup time.Duration
 	// GrowthUnit is the time unit of the RSS criterion: 10 minutes for a
 	// soak of 30 minutes or more, a third of a shorter soak.
@@ -54,7 +56,7 @@ func planSoak(c R18Config) soakPlan {
 	}
 	p.Hold = min(30*time.Second, p.Every/4)
 	p.Settle = min(10*time.Second, p.Every/3)
-	p.Warmup = max(p.Every, d/10)
+	p.Warmup = min(max(d/3, p.Every), 3*time.Minute)
 	p.GrowthUnit = min(10*time.Minute, d/3)
 	p.Sample = clampDuration(d/600, time.Second, 5*time.Second)
 	p.Burst = c.Burst

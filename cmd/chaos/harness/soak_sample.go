@@ -267,6 +267,16 @@ func (s soakSample) end() time.Time {
 	return s.Done
 }
 
+// inWindow reports whether the round overlaps a fault window.
+func (s soakSample) inWindow(ws []faultWindow) bool {
+	for _, w := range ws {
+		if s.end().After(w.Start) && s.At.Before(w.Settled) {
+			return true
+		}
+	}
+	return false
+}
+
 // inQuiet reports whether the whole round lies in one of the quiet
 // intervals: a round that began just before a fault and read the lag
 // while PostgreSQL went down belongs to the fault.
@@ -361,7 +371,9 @@ type rssGrowth struct {
 }
 
 // judgeRSS fits a least-squares line to each incarnation's RSS from its
-// start plus warmup to its end and expresses the slope as growth per unit
+// start plus warmup to its end, outside the fault windows (a transient
+// peak while PostgreSQL is down is not growth; the level it leaves
+// behind is), and expresses the slope as growth per unit
 // relative to the fitted RSS at the span's start. Incarnations that ran
 // through fewer than two fault windows, or have fewer than 5 samples or
 // less than unit/4 after their warm-up, are listed but not judged.
@@ -372,7 +384,7 @@ func judgeRSS(incs []*incarnation, ws []faultWindow, warmup, unit time.Duration)
 		from := inc.Start.Add(warmup)
 		var xs, ys []float64
 		for _, s := range inc.Samples {
-			if s.At.Before(from) {
+			if s.At.Before(from) || s.inWindow(ws) {
 				continue
 			}
 			mib := float64(s.Procs[inc.Proc].RSS) / (1 << 20)

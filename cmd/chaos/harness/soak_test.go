@@ -20,11 +20,11 @@ func TestPlanSoak(t *testing.T) {
 		// The nightly soak: notes/reliability.md R18 as written.
 		{30 * time.Minute, 2 * time.Minute, 14, 30 * time.Second, 10 * time.Second, 3 * time.Minute, 10 * time.Minute, 3 * time.Second, 15 * time.Second},
 		// make chaos: a fault every 30 s (SOAK/15 would be 12 s).
-		{3 * time.Minute, 30 * time.Second, 5, 7500 * time.Millisecond, 10 * time.Second, 30 * time.Second, time.Minute, time.Second, 8 * time.Second},
+		{3 * time.Minute, 30 * time.Second, 5, 7500 * time.Millisecond, 10 * time.Second, time.Minute, time.Minute, time.Second, 8 * time.Second},
 		// Short development soaks: still three faults.
-		{90 * time.Second, 22500 * time.Millisecond, 3, 5625 * time.Millisecond, 7500 * time.Millisecond, 22500 * time.Millisecond, 30 * time.Second, time.Second, 8 * time.Second},
-		{time.Minute, 15 * time.Second, 3, 3750 * time.Millisecond, 5 * time.Second, 15 * time.Second, 20 * time.Second, time.Second, 8 * time.Second},
-		{2 * time.Hour, 8 * time.Minute, 14, 30 * time.Second, 10 * time.Second, 12 * time.Minute, 10 * time.Minute, 5 * time.Second, 15 * time.Second},
+		{90 * time.Second, 22500 * time.Millisecond, 3, 5625 * time.Millisecond, 7500 * time.Millisecond, 30 * time.Second, 30 * time.Second, time.Second, 8 * time.Second},
+		{time.Minute, 15 * time.Second, 3, 3750 * time.Millisecond, 5 * time.Second, 20 * time.Second, 20 * time.Second, time.Second, 8 * time.Second},
+		{2 * time.Hour, 8 * time.Minute, 14, 30 * time.Second, 10 * time.Second, 3 * time.Minute, 10 * time.Minute, 5 * time.Second, 15 * time.Second},
 	} {
 		c.Duration = tc.d
 		p := planSoak(c)
@@ -107,11 +107,15 @@ func TestJudgeRSS(t *testing.T) {
 		{Kind: R2, Start: at(200), End: at(205), Settled: at(215)},
 		{Kind: R5, Start: at(300), End: at(308), Settled: at(318)},
 	}
-	// Process 0 is flat (with noise) and lives throughout; process 1
+	// Process 0 is flat (with noise, and a peak inside a fault window)
+	// and lives throughout; process 1
 	// grows 1 % of 100 MiB a minute, and is killed at 100 (its second
 	// incarnation grows the same way).
 	noise := rand.New(rand.NewPCG(1, 2))
 	samples := series(0, 400, func(i int, s float64) (int, float64, float64) {
+		if i == 0 && s >= 200 && s < 215 {
+			return 10, 80, 300 // a transient peak during the outage
+		}
 		if i == 0 {
 			return 10, 50 + noise.Float64(), 30
 		}
