@@ -270,7 +270,7 @@ func Full() Config {
 			ForgedWorkers: 150, HugeWorkers: 2, FloodRate: 300, Pace: time.Second, MaxInFlight: 256,
 			HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second, Victims: defaultVictims},
 		R18: R18Config{Duration: 3 * time.Minute, Processes: 2, Tenants: 4, Orders: 64, BurstClients: 16, LoadFraction: 0.30,
-			MaxInFlight: 1024, RequestTimeout: 10 * time.Second, RetryFor: 45 * time.Second, Down: 2 * time.Second,
+			MaxInFlight: 4096, RequestTimeout: 10 * time.Second, RetryFor: 45 * time.Second, Down: 2 * time.Second,
 			MaxRSSGrowth: 0.10, MaxGoroutineGrowth: 0.10, MaxLagP99: time.Second},
 	}
 }

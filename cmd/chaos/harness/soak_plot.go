@@ -147,7 +147,7 @@ func lineThumb(c color.Color) plot.Thumbnailer {
 }
 
 func (sp soakPlot) goroutinePlot() (*plot.Plot, error) {
-	p := sp.newPlot("Goroutines (go_goroutines from each process's /metrics)", "goroutines")
+	p := sp.newPlot("Goroutines (go_goroutines from each process's /metrics; idle connections from its goroutine profile)", "goroutines")
 	sp.shade(p, false)
 	p.Y.Min = 0
 	for _, inc := range incarnations(sp.Samples, nil) {
@@ -161,22 +161,32 @@ func (sp soakPlot) goroutinePlot() (*plot.Plot, error) {
 			return nil, err
 		}
 	}
-	var sum plotter.XYs
-	var segments []plotter.XYs
-	for _, s := range sp.Samples {
-		if g, ok := s.goroutines(); ok {
-			sum = append(sum, plotter.XY{X: sp.minutes(s.At), Y: g})
-		} else if len(sum) > 0 {
-			segments, sum = append(segments, sum), nil
+	grey := color.Gray{Y: 150}
+	for _, sum := range []struct {
+		f     func(soakSample) (float64, bool)
+		color color.Color
+		name  string
+	}{
+		{soakSample.allGoroutines, grey, "sum of the processes"},
+		{soakSample.goroutines, color.Black, "sum less idle HTTP connections (judged)"},
+	} {
+		var pts plotter.XYs
+		var segments []plotter.XYs
+		for _, s := range sp.Samples {
+			if g, ok := sum.f(s); ok {
+				pts = append(pts, plotter.XY{X: sp.minutes(s.At), Y: g})
+			} else if len(pts) > 0 {
+				segments, pts = append(segments, pts), nil
+			}
 		}
-	}
-	segments = append(segments, sum)
-	for _, seg := range segments {
-		if err := addLine(p, seg, color.Black, vg.Points(1.2)); err != nil {
-			return nil, err
+		segments = append(segments, pts)
+		for _, seg := range segments {
+			if err := addLine(p, seg, sum.color, vg.Points(1.2)); err != nil {
+				return nil, err
+			}
 		}
+		p.Legend.Add(sum.name, lineThumb(sum.color))
 	}
-	p.Legend.Add("sum of the processes", lineThumb(color.Black))
 	if sp.Baseline > 0 {
 		x0, x1 := sp.minutes(sp.Burst[0]), sp.minutes(sp.End)
 		lim := sp.Baseline * (1 + sp.MaxGoroutineGrowth)

@@ -23,6 +23,10 @@ type procSample struct {
 	RSS        int64   // bytes, /proc/PID/status VmRSS; -1 unknown
 	Goroutines float64 // go_goroutines from /metrics; -1 unknown
 	HeapInuse  float64 // go_memstats_heap_inuse_bytes; -1 unknown
+	// IdleConns are the goroutines of HTTP connections waiting for a
+	// request (keep-alive; from the goroutine profile): the client, not
+	// the server, decides how many there are. -1 unknown.
+	IdleConns float64
 }
 
 // soakSample is one sampling round: it began At and ended Done (the lag
@@ -40,9 +44,22 @@ type soakSample struct {
 	Parked int64
 }
 
-// goroutines returns the sum over the processes, ok false when a process
-// was not running or did not answer.
+// goroutines returns the sum over the processes of go_goroutines less the
+// idle connections' goroutines (ok false when a process was not running
+// or did not answer).
 func (s soakSample) goroutines() (float64, bool) {
+	sum := 0.0
+	for _, p := range s.Procs {
+		if p.Pid == 0 || p.Goroutines < 0 || p.IdleConns < 0 {
+			return 0, false
+		}
+		sum += max(p.Goroutines-p.IdleConns, 0)
+	}
+	return sum, len(s.Procs) > 0
+}
+
+// allGoroutines is the plain sum of go_goroutines.
+func (s soakSample) allGoroutines() (float64, bool) {
 	sum := 0.0
 	for _, p := range s.Procs {
 		if p.Pid == 0 || p.Goroutines < 0 {
@@ -59,6 +76,7 @@ type sampler struct {
 	e        *env
 	s        *loadScenario
 	metrics  []string // per process, its /metrics URL
+	pprof    []string // per process, its /debug/pprof/goroutine URL
 	every    time.Duration
 	client   *http.Client
 	mu       sync.Mutex
@@ -70,10 +88,10 @@ type sampler struct {
 	finished chan struct{}
 }
 
-func (e *env) startSampler(ctx context.Context, s *loadScenario, metrics []string, every time.Duration) *sampler {
+func (e *env) startSampler(ctx context.Context, s *loadScenario, metrics, pprof []string, every time.Duration) *sampler {
 	c := newHTTPClient(4)
 	c.Transport.(*http.Transport).IdleConnTimeout = 30 * time.Second
-	sm := &sampler{e: e, s: s, metrics: metrics, every: every, client: c, stop: make(chan struct{}), finished: make(chan struct{})}
+	sm := &sampler{e: e, s: s, metrics: metrics, pprof: pprof, every: every, client: c, stop: make(chan struct{}), finished: make(chan struct{})}
 	go sm.loop(ctx)
 	return sm
 }
@@ -111,16 +129,19 @@ func (sm *sampler) Stop() []soakSample {
 func (sm *sampler) take(ctx context.Context) {
 	smp := soakSample{At: time.Now(), Lag: -1, Parked: -1}
 	for i := range sm.metrics {
-		ps := procSample{RSS: -1, Goroutines: -1, HeapInuse: -1}
+		ps := procSample{RSS: -1, Goroutines: -1, HeapInuse: -1, IdleConns: -1}
 		if ps.Pid = sm.s.sup.Pid(i); ps.Pid != 0 {
 			ps.RSS = readRSS(ps.Pid)
 			m, err := scrape(ctx, sm.client, sm.metrics[i], "go_goroutines", "go_memstats_heap_inuse_bytes")
 			if err == nil {
 				ps.Goroutines, ps.HeapInuse = m["go_goroutines"], m["go_memstats_heap_inuse_bytes"]
 			}
+			if prof, err := fetchGoroutines(ctx, sm.client, sm.pprof[i]); err == nil {
+				ps.IdleConns = float64(prof.idle)
+			}
 			// A process that went away while it was read has no sample.
 			if sm.s.sup.Pid(i) != ps.Pid {
-				ps = procSample{RSS: -1, Goroutines: -1, HeapInuse: -1}
+				ps = procSample{RSS: -1, Goroutines: -1, HeapInuse: -1, IdleConns: -1}
 			}
 		}
 		smp.Procs = append(smp.Procs, ps)
@@ -366,12 +387,14 @@ type rssGrowth struct {
 	PerUnit        float64 // fitted growth per unit, relative to FirstMiB
 	Per10Min       float64 // the same rate per 10 minutes
 	Judged         bool
+	AfterOutage    bool // judged from the end of its first PostgreSQL outage
 	NotJudgedWhy   string
 	MaxMiB, MinMiB float64
 }
 
 // judgeRSS fits a least-squares line to each incarnation's RSS from its
-// start plus warmup to its end, outside the fault windows (a transient
+// start plus warmup (or the end of the first R2 window it ran through, if
+// later) to its end, outside the fault windows (a transient
 // peak while PostgreSQL is down is not growth; the level it leaves
 // behind is), and expresses the slope as growth per unit
 // relative to the fitted RSS at the span's start. Incarnations that ran
@@ -382,6 +405,18 @@ func judgeRSS(incs []*incarnation, ws []faultWindow, warmup, unit time.Duration)
 	for _, inc := range incs {
 		g := rssGrowth{Proc: inc.Proc, Pid: inc.Pid, Windows: inc.windowsLived(ws)}
 		from := inc.Start.Add(warmup)
+		// The first PostgreSQL outage a process serves through sizes its
+		// heap for the pile of requests waiting meanwhile (hundreds of
+		// goroutines and their buffers, kept by the runtime afterwards):
+		// part of its warm-up, not growth. Later outages are judged.
+		for _, w := range ws {
+			if w.Kind == R2 && !w.Start.Before(inc.Start) && !w.End.After(inc.End) {
+				if w.Settled.After(from) {
+					from, g.AfterOutage = w.Settled, true
+				}
+				break
+			}
+		}
 		var xs, ys []float64
 		for _, s := range inc.Samples {
 			if s.At.Before(from) || s.inWindow(ws) {
@@ -528,11 +563,11 @@ func writeSamplesCSV(path string, samples []soakSample, t0 time.Time) error {
 		return err
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "at,seconds,process,pid,rss_bytes,goroutines,heap_inuse_bytes,lag_seconds,lag_events,dead_letters_parked")
+	fmt.Fprintln(w, "at,seconds,process,pid,rss_bytes,goroutines,idle_connection_goroutines,heap_inuse_bytes,lag_seconds,lag_events,dead_letters_parked")
 	for _, s := range samples {
 		for i, p := range s.Procs {
-			fmt.Fprintf(w, "%s,%.3f,%d,%d,%d,%g,%g,%g,%d,%d\n", s.At.UTC().Format(time.RFC3339Nano), s.At.Sub(t0).Seconds(),
-				i, p.Pid, p.RSS, p.Goroutines, p.HeapInuse, s.Lag, s.LagEvents, s.Parked)
+			fmt.Fprintf(w, "%s,%.3f,%d,%d,%d,%g,%g,%g,%g,%d,%d\n", s.At.UTC().Format(time.RFC3339Nano), s.At.Sub(t0).Seconds(),
+				i, p.Pid, p.RSS, p.Goroutines, p.IdleConns, p.HeapInuse, s.Lag, s.LagEvents, s.Parked)
 		}
 	}
 	if err := w.Flush(); err != nil {

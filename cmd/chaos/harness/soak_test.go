@@ -1,9 +1,14 @@
 package harness
 
 import (
+	"bytes"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -124,9 +129,18 @@ func TestJudgeRSS(t *testing.T) {
 		}
 		return 12, 100 + (s-100)/60, 30
 	})
+	// A third process steps up 20 % during the first outage and stays
+	// there: judged from the outage's end, it is flat.
+	for i := range samples {
+		mib, sec := 60.0, samples[i].At.Sub(soakT0).Seconds()
+		if sec >= 200 {
+			mib = 72
+		}
+		samples[i].Procs = append(samples[i].Procs, procSample{Pid: 30, RSS: int64(mib * (1 << 20))})
+	}
 	growth := judgeRSS(incarnations(samples, nil), ws, 30*time.Second, time.Minute)
-	if len(growth) != 3 {
-		t.Fatalf("%d incarnations, want 3: %+v", len(growth), growth)
+	if len(growth) != 4 {
+		t.Fatalf("%d incarnations, want 4: %+v", len(growth), growth)
 	}
 	byPid := map[int]rssGrowth{}
 	for _, g := range growth {
@@ -137,6 +151,9 @@ func TestJudgeRSS(t *testing.T) {
 	}
 	if g := byPid[11]; g.Judged || g.Windows != 0 {
 		t.Errorf("killed before any window: %+v", g)
+	}
+	if g := byPid[30]; !g.Judged || !g.AfterOutage || !g.From.Equal(at(215)) || g.PerUnit != 0 {
+		t.Errorf("a step during the first outage: %+v", g)
 	}
 	if g := byPid[12]; !g.Judged || g.Windows != 2 || g.PerUnit < 0.0095 || g.PerUnit > 0.0105 || g.Per10Min < 0.095 || g.Per10Min > 0.105 {
 		t.Errorf("growing incarnation (1 %% a minute): %+v", g)
@@ -288,5 +305,74 @@ func TestSoakPlot(t *testing.T) {
 	}
 	if len(b) < 10_000 || string(b[1:4]) != "PNG" {
 		t.Errorf("not a PNG of some size: %d bytes", len(b))
+	}
+}
+
+// TestParseGoroutines reads this test process's own profile while an HTTP
+// server holds one idle keep-alive connection and one in a handler.
+func TestParseGoroutines(t *testing.T) {
+	release := make(chan struct{})
+	inHandler := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			close(inHandler)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	defer close(release)
+	idle := &http.Client{Transport: &http.Transport{}}
+	res, err := idle.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close() // the connection now waits for its next request
+	go func() {
+		if res, err := (&http.Client{Transport: &http.Transport{}}).Get(srv.URL + "/block"); err == nil {
+			res.Body.Close()
+		}
+	}()
+	<-inHandler
+	var prof goroutineProfile
+	for try := 0; try < 50; try++ {
+		var buf bytes.Buffer
+		if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+			t.Fatal(err)
+		}
+		if prof, err = parseGoroutines(buf.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		if prof.idle == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if prof.idle != 1 || prof.total < 3 || len(prof.stacks) < 2 {
+		t.Fatalf("idle %d (want 1), total %d, %d stacks", prof.idle, prof.total, len(prof.stacks))
+	}
+	handler := 0
+	for k, n := range prof.stacks {
+		if strings.Contains(k, "net/http.serverHandler.ServeHTTP") {
+			handler += n
+		}
+	}
+	if handler != 1 {
+		t.Errorf("%d goroutines in a handler, want 1", handler)
+	}
+	if _, err := parseGoroutines([]byte("hello")); err == nil {
+		t.Error("not a profile: no error")
+	}
+
+	// The diff names what grew, idle connections left out.
+	before := goroutineProfile{stacks: map[string]int{"a;b": 2, "gone;main.standby": 4, "idle;net/http.(*conn).serve": 1}}
+	after := goroutineProfile{stacks: map[string]int{"a;b": 3, "leak;main.worker": 5, "idle;net/http.(*conn).serve": 9}}
+	d := diffGoroutines([]goroutineProfile{before}, []goroutineProfile{after})
+	if len(d) != 3 || d[2].Stack != "gone;main.standby" || d[2].At != 0 || d[0].Stack != "leak;main.worker" || d[0].At != 5 || d[1].Before != 2 || d[1].At != 3 {
+		t.Errorf("diff %+v", d)
+	}
+	if got := shortStack("runtime.gopark;sync.(*Cond).Wait;main.worker;main.start;main.main", 2); got != "main.worker < main.start" {
+		t.Errorf("short stack %q", got)
 	}
 }
