@@ -271,7 +271,12 @@ func (run *soakRun) faults(ctx context.Context, t0 time.Time, rate float64) erro
 		if err != nil {
 			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
 		}
-		if d := run.drain(ctx, rate, w.End.Add(p.Every/2)); d.Sub(w.End) >= 100*time.Millisecond {
+		limit := w.End.Add(p.Every / 2)
+		if d, ok := run.drain(ctx, rate, limit); !ok {
+			w.Detail += fmt.Sprintf("; backlog NOT drained %s later (%d commands in flight): the processes do not keep up with the rate",
+				d.Sub(w.End).Round(100*time.Millisecond), run.pending.Load())
+			w.End = d
+		} else if d.Sub(w.End) >= 100*time.Millisecond {
 			w.Detail += fmt.Sprintf("; backlog drained %s later", d.Sub(w.End).Round(100*time.Millisecond))
 			w.End = d
 		}
@@ -286,13 +291,16 @@ func (run *soakRun) faults(ctx context.Context, t0 time.Time, rate float64) erro
 
 // drain waits until the open loop's commands in flight are back to what
 // a tenth of a second's schedule issues (at least 4), or until limit, and
-// returns when.
-func (run *soakRun) drain(ctx context.Context, rate float64, limit time.Time) time.Time {
+// returns when, and whether they were.
+func (run *soakRun) drain(ctx context.Context, rate float64, limit time.Time) (time.Time, bool) {
 	normal := int64(max(4, rate/10))
-	for ctx.Err() == nil && time.Now().Before(limit) && run.pending.Load() > normal {
+	for ctx.Err() == nil && run.pending.Load() > normal {
+		if !time.Now().Before(limit) {
+			return time.Now(), false
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return time.Now()
+	return time.Now(), true
 }
 
 // kill is R1's fault: SIGKILL (preferring a moment when the victim is
@@ -443,6 +451,10 @@ func (e *env) runR18(ctx context.Context, r *Result) (err error) {
 	}
 	r.check("commands issued on the open-loop schedule (within 100 ms)", ">= 99 %",
 		fmt.Sprintf("%.1f %% (%d of %d, %d late)", 100*onTime, issued-late, scheduled, late), onTime >= 0.99)
+	if onTime < 0.99 {
+		r.note("the open loop fell behind: more than %d commands were in flight at once, or the harness itself was starved of CPU; "+
+			"on a machine shared with other work the rate measured at the start may exceed what is left later", cfg.MaxInFlight)
+	}
 
 	starts := map[int]time.Time{}
 	for _, ev := range s.sup.Events() {

@@ -146,9 +146,13 @@ func (sm *sampler) take(ctx context.Context) {
 		}
 		smp.Procs = append(smp.Procs, ps)
 	}
+	// The lag of every tenant within one bound, so that a slow server
+	// delays the next round (of RSS and goroutines) by little.
+	lctx, cancel := context.WithTimeout(ctx, max(sm.every, 2*time.Second))
+	defer cancel()
 	lagOK := true
 	for _, tenant := range sm.s.w.tenants {
-		lags, err := adminLag(ctx, sm.client, sm.s.sup.URLs(), sm.s.w.tokens[tenant])
+		lags, err := adminLag(lctx, sm.client, sm.s.sup.URLs(), sm.s.w.tokens[tenant])
 		if err != nil {
 			lagOK = false
 			sm.lastErr = oneLine(err.Error(), 120)
