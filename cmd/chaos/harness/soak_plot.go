@@ -315,8 +315,8 @@ func (run *soakRun) writeDocs(r *Result, sp soakPlot, runErr error) {
 		verdict = "FAIL"
 	}
 	sm := run.summary
-	fmt.Fprintf(&b, "# Soak (R18): the latest `make soak`\n\n")
-	fmt.Fprintf(&b, "Written by `cmd/chaos --scenarios R18 --docs %s` (docs/chaos.md, R18). Verdict: **%s**.\n\n", dir, verdict)
+	fmt.Fprintf(&b, "# The soak (R18): the latest run, SOAK=%s\n\n", run.cfg.Duration)
+	fmt.Fprintf(&b, "Written by `make soak` (`cmd/chaos --scenarios R18 --soak %s --docs %s`; docs/chaos.md, R18). Verdict: **%s**.\n\n", run.cfg.Duration, dir, verdict)
 	fmt.Fprintf(&b, "- run: %s, seed %d, %d serve processes, %d tenants, %d open orders\n", time.Now().UTC().Format("2006-01-02 15:04 MST"),
 		run.e.cfg.Seed, run.cfg.Processes, run.cfg.Tenants, run.cfg.Orders)
 	fmt.Fprintf(&b, "- maximum (closed loop, %d clients, %s): %.0f commands/s; the soak ran at %.1f/s (%.0f %%)\n",
