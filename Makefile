@@ -78,9 +78,16 @@ clean: ## remove build output
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE against bin/strata, result table, non-zero exit on a failure (~5 min)
+chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE and a 3-minute soak (R18) against bin/strata, result table, non-zero exit on a failure (~8 min)
 	$(GO) build -o bin/chaos ./cmd/chaos
 	./bin/chaos --strata $(BIN) $(CHAOS_FLAGS)
+
+SOAK ?= 30m
+
+.PHONY: soak
+soak: build ## the soak (docs/chaos.md R18): SOAK (default 30m) at 30 % of the measured maximum, a fault every SOAK/15; writes docs/soak/soak.png and latest.md
+	$(GO) build -o bin/chaos ./cmd/chaos
+	./bin/chaos --strata $(BIN) --scenarios R18 --soak $(SOAK) --docs docs/soak $(CHAOS_FLAGS)
 
 .PHONY: chaos-broken
 chaos-broken: ## R1 against a deliberately broken strata (build tag chaos_broken); succeeds only if the checker catches it

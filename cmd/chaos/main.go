@@ -40,6 +40,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work directory even when every scenario passes")
 	fs.BoolVar(&cfg.Discard, "discard", false, "remove the work directory even when a scenario fails")
 	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "STRATA_LOG_LEVEL of the strata processes")
+	soak := fs.Duration("soak", 0, "how long R18 (the soak) runs its open loop (default 3m; make soak: $SOAK, 30m); faults, sampling and the RSS criterion scale with it")
+	fs.StringVar(&cfg.DocsDir, "docs", "", "also write R18's plot and summary (soak.png, latest.md) into this directory (make soak: docs/soak)")
 	short := fs.Bool("short", false, "the small sizes of the test subset (R1 with two kill rounds; R11, R12 with 300 requests; a 7 s STARVE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -48,6 +50,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		keep := cfg
 		cfg = chaos.Short()
 		cfg.Strata, cfg.PGPort, cfg.WorkDir, cfg.Keep, cfg.Discard, cfg.LogLevel = keep.Strata, keep.PGPort, keep.WorkDir, keep.Keep, keep.Discard, keep.LogLevel
+		cfg.DocsDir = keep.DocsDir
+	}
+	if *soak != 0 {
+		cfg.R18.Duration = *soak
 	}
 	cfg.Scenarios = nil
 	for _, s := range strings.Split(*scenarios, ",") {

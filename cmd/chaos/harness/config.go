@@ -20,10 +20,13 @@ const (
 	R15 = "R15"
 	// Starve: one tenant attacks with every slow request shape at once.
 	Starve = "STARVE"
+	// R18: the soak, load at a fraction of the measured maximum with a
+	// fault of R1, R2 or R5 in turn at a fixed interval.
+	R18 = "R18"
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, R18}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -164,6 +167,38 @@ type StarveConfig struct {
 	Victims                    VictimConfig
 }
 
+// R18Config: the soak. Everything not set here is derived from Duration
+// (soakPlan in scenario_soak.go, docs/chaos.md R18).
+type R18Config struct {
+	// Duration is the open-loop part (make soak SOAK=30m; 3m in make
+	// chaos). The faults, their spacing, the sampling, the warm-up and
+	// the unit of the RSS criterion scale with it.
+	Duration  time.Duration
+	Processes int
+	// Tenants and Orders: the orders open at once, spread over the
+	// tenants; an order that has run through its life cycle is replaced
+	// by a new one, so that the log keeps growing with accepted commands
+	// however long the soak runs.
+	Tenants, Orders int
+	// BurstClients issue commands back to back (closed loop) for Burst
+	// to measure the maximum; the soak then issues LoadFraction of it a
+	// second (open loop: on a fixed schedule, whatever the latency).
+	BurstClients int
+	Burst        time.Duration
+	LoadFraction float64
+	// MaxInFlight bounds the commands under way at once (a command
+	// blocked in its retries during an outage holds one); the schedule
+	// slips only when it is reached, which the criteria report.
+	MaxInFlight              int
+	RequestTimeout, RetryFor time.Duration
+	// Down is how long each R2 fault keeps PostgreSQL down.
+	Down time.Duration
+	// The targets (notes/reliability.md R18).
+	MaxRSSGrowth       float64       // per 10 minutes (scaled for short soaks)
+	MaxGoroutineGrowth float64       // over the pre-fault baseline
+	MaxLagP99          time.Duration // outside fault windows
+}
+
 // Config is one harness run.
 type Config struct {
 	// Strata is the strata binary under test (required).
@@ -190,6 +225,9 @@ type Config struct {
 	LogLevel string
 	// Out receives progress lines and the result table (default io.Discard).
 	Out io.Writer
+	// DocsDir, when set, also receives the soak's plot and summary
+	// (make soak: docs/soak).
+	DocsDir string
 
 	R1     R1Config
 	R2     R2Config
@@ -199,6 +237,7 @@ type Config struct {
 	R14    R14Config
 	R15    R15Config
 	Starve StarveConfig
+	R18    R18Config
 }
 
 // Full returns the configuration of `make chaos`: the sizes of the
@@ -230,6 +269,9 @@ func Full() Config {
 		Starve: StarveConfig{Duration: 20 * time.Second, ChunkedConns: 150, Unauthenticated: 30, SlowHeaderConns: 100, SlowBodies: 50,
 			ForgedWorkers: 150, HugeWorkers: 2, FloodRate: 300, Pace: time.Second, MaxInFlight: 256,
 			HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second, Victims: defaultVictims},
+		R18: R18Config{Duration: 3 * time.Minute, Processes: 2, Tenants: 4, Orders: 64, BurstClients: 16, LoadFraction: 0.30,
+			MaxInFlight: 4096, RequestTimeout: 10 * time.Second, RetryFor: 45 * time.Second, Down: 2 * time.Second,
+			MaxRSSGrowth: 0.10, MaxGoroutineGrowth: 0.10, MaxLagP99: time.Second},
 	}
 }
 
@@ -264,6 +306,7 @@ func Short() Config {
 	c.R14 = R14Config{Requests: 80, Workers: 2, MaxDuration: 30 * time.Second, MaxRSSGrowth: 50 << 20, Victims: c.Starve.Victims}
 	c.R15 = R15Config{SlowHeaderConns: 30, ByteEvery: time.Second, Duration: 7 * time.Second, SlowBodies: 10, BodyTenants: 2,
 		HeaderTimeout: 5 * time.Second, BodyTimeout: 3 * time.Second, FDSlack: 5, FDsBackWithin: 10 * time.Second, Victims: c.Starve.Victims}
+	c.R18.Duration = time.Minute
 	return c
 }
 
@@ -347,6 +390,20 @@ func (c Config) Validate() error {
 				errs = append(errs, errors.New("STARVE: want a positive duration, flood rate and cap, and attackers"))
 			}
 			errs = append(errs, st.Victims.validate(Starve))
+		case R18:
+			s := c.R18
+			if s.Duration < minSoak {
+				errs = append(errs, fmt.Errorf("R18: the soak must last at least %s (three faults), not %s", minSoak, s.Duration))
+			}
+			if s.Processes < 1 || s.Tenants < 1 || s.Orders < s.Tenants || s.BurstClients < 1 || s.MaxInFlight < 1 {
+				errs = append(errs, errors.New("R18: want at least one process, tenant, order per tenant, burst client and command in flight"))
+			}
+			if s.LoadFraction <= 0 || s.LoadFraction > 1 {
+				errs = append(errs, fmt.Errorf("R18: load fraction %g: want more than 0, at most 1", s.LoadFraction))
+			}
+			if s.Burst < 0 || s.RequestTimeout <= 0 || s.RetryFor <= 0 || s.Down <= 0 || s.MaxRSSGrowth <= 0 || s.MaxGoroutineGrowth < 0 || s.MaxLagP99 <= 0 {
+				errs = append(errs, errors.New("R18: want positive durations and targets"))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -13,7 +13,10 @@
 // model equals a fresh rebuild from the events. Two further scenarios try to
 // read another tenant's data through the HTTP APIs (R11) and as the
 // application's database role, also by trying to leave the role from the
-// serving logins' sessions (R12).
+// serving logins' sessions (R12). The soak (R18) runs the load for a long
+// time at 30 % of a measured maximum with those faults in turn, samples
+// each process's RSS and goroutines, the projections' lag and the dead
+// letters, and plots them.
 //
 // Each scenario prints its pass criteria in a result table; docs/chaos.md
 // describes them. The program is cmd/chaos (`make chaos`); a short
