@@ -102,15 +102,6 @@ func WithGroupCommit(cfg GroupConfig) Option {
 	return func(s *Store) { s.group = &grouper{cfg: cfg.withDefaults()} }
 }
 
-// GroupCommit returns the store's group-commit configuration and whether
-// group commit is on.
-func (s *Store) GroupCommit() (GroupConfig, bool) {
-	if s.group == nil {
-		return GroupConfig{}, false
-	}
-	return s.group.cfg, true
-}
-
 type grouper struct {
 	s   *Store
 	cfg GroupConfig
@@ -502,7 +493,7 @@ func (s *Store) appendGroup(ctx context.Context, members []*pending, beforeCommi
 		var resps [][]byte
 		for ; j < len(keyed) && keyed[j].req.Tenant == keyed[i].req.Tenant; j++ {
 			p := keyed[j]
-			resp, err := p.req.Idempotency.Response(p.res)
+			resp, err := respond(p.req.Idempotency, p.res)
 			if err != nil {
 				// Its events are in the transaction: nothing may commit.
 				// Alone, it fails with this error; the others go in.
@@ -538,6 +529,19 @@ func (s *Store) appendGroup(ctx context.Context, members []*pending, beforeCommi
 		tag, err = conn.Exec(ctx, "COMMIT")
 	}
 	return commitOutcome(conn.Conn(), tag, err)
+}
+
+// respond builds a member's idempotent response. A panic becomes an
+// error: it would otherwise take the process down from the group's
+// goroutine, where no request handler recovers it; retried alone, the
+// member panics again, in its caller's goroutine, as without grouping.
+func respond(idem *eventstore.Idempotency, res eventstore.AppendResult) (resp []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("response builder panicked: %v", r)
+		}
+	}()
+	return idem.Response(res)
 }
 
 // commitOutcome classifies the end of an explicit group transaction whose

@@ -913,3 +913,50 @@ func TestParseGroupCommit(t *testing.T) {
 		}
 	}
 }
+
+// A member whose response builder fails (here: panics) must not commit
+// the group with its events and no record, nor take the process down
+// from the group's goroutine: the group rolls back, the others go in
+// alone, and the failing member fails (panics) in its own goroutine, as
+// it would without grouping.
+func TestGroupFailingResponseBuilder(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	spy := &groupSpy{}
+	s := New(d.App, d.Projector, WithGroupCommit(GroupConfig{MaxBatch: 64}), forced(4, spy, nil))
+	ok := func(eventstore.AppendResult) ([]byte, error) { return []byte("ok"), nil }
+	bad := func(eventstore.AppendResult) ([]byte, error) { panic("boom") }
+	results := make([]any, 4)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					results[i] = r
+				}
+			}()
+			resp := ok
+			if i == 2 {
+				resp = bad
+			}
+			_, err := s.Append(ctxT(t), eventstore.AppendRequest{Tenant: "t-a", Stream: fmt.Sprintf("rb-%d", i), Expected: eventstore.NoStream, Events: oneEvent("x.y"),
+				Idempotency: &eventstore.Idempotency{Key: fmt.Sprintf("rb-%d", i), RequestHash: "h", Response: resp}})
+			results[i] = err
+		}()
+	}
+	wg.Wait()
+	if sizes, outs := spy.get(); len(sizes) != 1 || sizes[0] != 4 || outs[0] != groupRolledBack {
+		t.Fatalf("groups %v %v, want one rolled-back group of 4", sizes, outs)
+	}
+	for i, r := range results {
+		recs, _ := s.ReadStream(ctxT(t), "t-a", fmt.Sprintf("rb-%d", i), 0)
+		switch {
+		case i == 2 && (r != "boom" || len(recs) != 0):
+			t.Fatalf("the failing member: %v, %d events stored; want its own panic, nothing stored", r, len(recs))
+		case i != 2 && (r != nil || len(recs) != 1):
+			t.Fatalf("member %d: %v, %d events stored; want success", i, r, len(recs))
+		}
+	}
+}
