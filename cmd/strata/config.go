@@ -36,6 +36,7 @@ var envVars = map[string]string{
 	"STRATA_AUTO_MIGRATE":              "apply pending migrations when serve starts (default true)",
 	"STRATA_LOG_LEVEL":                 "debug, info, warn or error (default info)",
 	"STRATA_DB_MAX_CONNS":              "connections per pool (default 8)",
+	"STRATA_GROUP_COMMIT":              "group commit of concurrent appends in the PostgreSQL store: on (default), off, or on,max_batch=64,max_wait=0s,in_flight=2",
 	"STRATA_EVENT_STORE":               "postgres (default) or an esdb:// URL of EventStoreDB/KurrentDB; idempotency records and read models stay in PostgreSQL",
 	"STRATA_ESDB_NAMESPACE":            "prefix of strata's streams in EventStoreDB (default strata)",
 	"STRATA_RATE_COMMANDS":             "per-tenant command rate, e.g. 100/s,burst=200 (default), or unlimited",

@@ -271,7 +271,11 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	}
 	a.metrics.RegisterPool("app", appPool)
 	a.metrics.RegisterPool("projector", projPool)
-	a.store = postgres.New(appPool, projPool, postgres.WithAppendHook(a.appended.fire))
+	groupCommit, err := e.groupCommit()
+	if err != nil {
+		return err
+	}
+	a.store = postgres.New(appPool, projPool, append(groupCommit, postgres.WithAppendHook(a.appended.fire))...)
 	a.events, a.log = a.store, a.store
 	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
 		if !strings.HasPrefix(es, "esdb://") && !strings.HasPrefix(es, "esdb+discover://") {

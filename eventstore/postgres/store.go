@@ -23,6 +23,7 @@ type Store struct {
 	app       *pgxpool.Pool // runs as db.RoleApp: tenant-scoped
 	projector *pgxpool.Pool // runs as db.RoleProjector: global log
 	onAppend  func()
+	group     *grouper // nil: group commit off
 }
 
 var (
@@ -45,6 +46,9 @@ func New(app, projector *pgxpool.Pool, opts ...Option) *Store {
 	s := &Store{app: app, projector: projector}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.group != nil {
+		s.group.s = s
 	}
 	return s
 }
@@ -125,26 +129,59 @@ func validate(req eventstore.AppendRequest) error {
 	return nil
 }
 
-// Append implements eventstore.Store.
+// Append implements eventstore.Store. With group commit on
+// (WithGroupCommit), concurrent appends share a transaction (group.go);
+// otherwise, and for an append that finds no other in flight, it runs in
+// a transaction of its own.
 func (s *Store) Append(ctx context.Context, req eventstore.AppendRequest) (eventstore.AppendResult, error) {
 	if err := validate(req); err != nil {
 		return eventstore.AppendResult{}, err
 	}
+	enc, err := encode(req)
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	var res eventstore.AppendResult
+	if s.group != nil {
+		res, err = s.group.append(ctx, req, enc)
+	} else {
+		res, err = s.appendAlone(ctx, req, enc)
+	}
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	if s.onAppend != nil {
+		s.onAppend()
+	}
+	return res, nil
+}
+
+// encoded holds an append's events as the columns the statements bind.
+type encoded struct {
+	ids, types, datas, metas []string
+	svs                      []int32
+}
+
+func encode(req eventstore.AppendRequest) (encoded, error) {
 	n := len(req.Events)
-	ids, types, datas, metas := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	svs := make([]int32, n)
+	enc := encoded{ids: make([]string, n), types: make([]string, n), datas: make([]string, n), metas: make([]string, n), svs: make([]int32, n)}
 	for i, e := range req.Events {
 		meta, err := json.Marshal(e.Metadata)
 		if err != nil {
-			return eventstore.AppendResult{}, fmt.Errorf("append %s: encode metadata: %w", req.Stream, err)
+			return encoded{}, fmt.Errorf("append %s: encode metadata: %w", req.Stream, err)
 		}
-		ids[i], types[i], svs[i], datas[i], metas[i] = e.ID, e.Type, int32(e.SchemaVersion), string(e.Data), string(meta)
+		enc.ids[i], enc.types[i], enc.svs[i], enc.datas[i], enc.metas[i] = e.ID, e.Type, int32(e.SchemaVersion), string(e.Data), string(meta)
 	}
-	sql, args := appendSQL, []any{req.Tenant, req.Stream, int64(req.Expected), ids, types, svs, datas, metas}
-	if n == 1 {
-		sql, args = appendOneSQL, []any{req.Tenant, req.Stream, int64(req.Expected), ids[0], types[0], svs[0], datas[0], metas[0]}
-	}
+	return enc, nil
+}
 
+// appendAlone appends one request in a transaction of its own. Its errors
+// are the port's (translated).
+func (s *Store) appendAlone(ctx context.Context, req eventstore.AppendRequest, enc encoded) (eventstore.AppendResult, error) {
+	sql, args := appendSQL, []any{req.Tenant, req.Stream, int64(req.Expected), enc.ids, enc.types, enc.svs, enc.datas, enc.metas}
+	if len(enc.ids) == 1 {
+		sql, args = appendOneSQL, []any{req.Tenant, req.Stream, int64(req.Expected), enc.ids[0], enc.types[0], enc.svs[0], enc.datas[0], enc.metas[0]}
+	}
 	var res eventstore.AppendResult
 	var err error
 	if req.Idempotency == nil {
@@ -154,9 +191,6 @@ func (s *Store) Append(ctx context.Context, req eventstore.AppendRequest) (event
 	}
 	if err != nil {
 		return eventstore.AppendResult{}, translate(fmt.Sprintf("append %s", req.Stream), err)
-	}
-	if s.onAppend != nil {
-		s.onAppend()
 	}
 	return res, nil
 }

@@ -48,7 +48,7 @@ func TestAppendWorkloadWithPGStats(t *testing.T) {
 	}
 	var want []string
 	for _, n := range []int{1, 8, 32} {
-		for _, w := range []string{"append", "append vs watermill-sql", "append vs 10-per-tx"} {
+		for _, w := range []string{"append", "append grouped vs ungrouped", "append vs watermill-sql", "append vs 10-per-tx"} {
 			want = append(want, fmt.Sprintf("%s/%d", w, n))
 		}
 	}
