@@ -207,6 +207,11 @@ type RateLimitConfig struct {
 	Queries  Rate
 	// Overrides replace the defaults of single tenants.
 	Overrides map[domain.TenantID]TenantRates
+	// TenantFunc, if set, returns a tenant's own rates at the time of the
+	// request (the tenant directory's quotas, which change at run time);
+	// a nil field falls back to Overrides, then to the default. A changed
+	// rate applies to the tenant's existing bucket at once.
+	TenantFunc func(domain.TenantID) TenantRates
 	// IdleTimeout is how long a tenant's bucket is kept unused before it
 	// is dropped (default 10 minutes). A bucket is never dropped before it
 	// would have refilled completely, so dropping it never gives a tenant
@@ -325,6 +330,11 @@ func NewRateLimiter(cfg RateLimitConfig) (*RateLimiter, error) {
 
 // RateFor returns the rate that applies to tenant's requests of class.
 func (l *RateLimiter) RateFor(tenant domain.TenantID, class RateClass) Rate {
+	if l.cfg.TenantFunc != nil {
+		if r := l.cfg.TenantFunc(tenant).get(class); r != nil && r.validate() == nil {
+			return *r
+		}
+	}
 	if r := l.cfg.Overrides[tenant].get(class); r != nil {
 		return *r
 	}
@@ -347,6 +357,12 @@ func (l *RateLimiter) Allow(tenant domain.TenantID, class RateClass) (retryAfter
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.lim.Limit() != r.Limit || b.lim.Burst() != r.Burst {
+		// The tenant's quota changed since the bucket was made: the tokens
+		// already in it stay (up to the new burst), the new rate refills.
+		b.lim.SetLimitAt(now, r.Limit)
+		b.lim.SetBurstAt(now, r.Burst)
+	}
 	res := b.lim.ReserveN(now, 1)
 	if !res.OK() { // cannot happen with Burst >= 1; fail closed anyway
 		return time.Second, false
