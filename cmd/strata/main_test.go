@@ -20,6 +20,9 @@ import (
 // (signals, kill -9) can start real strata processes without a build step.
 func TestMain(m *testing.M) {
 	if os.Getenv("STRATA_TEST_AS_MAIN") == "1" {
+		if _, set := os.LookupEnv("STRATA_REQUIRE_TENANT_DIRECTORY"); !set {
+			os.Setenv("STRATA_REQUIRE_TENANT_DIRECTORY", "false") // as testEnv: the tests' tenants are not provisioned
+		}
 		os.Args = append([]string{"strata"}, strings.Fields(os.Getenv("STRATA_TEST_ARGS"))...)
 		main()
 		return
