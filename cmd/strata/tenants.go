@@ -228,12 +228,7 @@ func printJSON(w io.Writer, v any) int {
 }
 
 func tenantsFailed(stderr io.Writer, err error) int {
-	switch {
-	case errors.Is(err, domain.ErrNotFound), errors.Is(err, domain.ErrRejected), errors.Is(err, domain.ErrInvalid):
-		fmt.Fprintln(stderr, "strata tenants:", err)
-	default:
-		fmt.Fprintln(stderr, "strata tenants:", err)
-	}
+	fmt.Fprintln(stderr, "strata tenants:", err) // an operator's tool: the database's text helps
 	return exitFailure
 }
 
