@@ -298,7 +298,7 @@ type bucket struct {
 	mu       sync.Mutex
 	lim      *rate.Limiter
 	lastUsed atomic.Int64 // unix nanoseconds; written under the shard lock
-	keep     time.Duration
+	keep     atomic.Int64 // nanoseconds unused before the bucket may be dropped
 }
 
 // NewRateLimiter returns a limiter for cfg.
@@ -359,9 +359,11 @@ func (l *RateLimiter) Allow(tenant domain.TenantID, class RateClass) (retryAfter
 	defer b.mu.Unlock()
 	if b.lim.Limit() != r.Limit || b.lim.Burst() != r.Burst {
 		// The tenant's quota changed since the bucket was made: the tokens
-		// already in it stay (up to the new burst), the new rate refills.
+		// already in it stay (up to the new burst), the new rate refills,
+		// and the bucket is kept as long as the new rate needs to refill.
 		b.lim.SetLimitAt(now, r.Limit)
 		b.lim.SetBurstAt(now, r.Burst)
+		b.keep.Store(int64(l.keepFor(r)))
 	}
 	res := b.lim.ReserveN(now, 1)
 	if !res.OK() { // cannot happen with Burst >= 1; fail closed anyway
@@ -384,22 +386,29 @@ func (l *RateLimiter) bucket(k rateKey, r Rate, now time.Time) *bucket {
 	}
 	b := sh.buckets[k]
 	if b == nil {
-		keep := l.cfg.IdleTimeout
-		if refill := time.Duration(float64(r.Burst) / float64(r.Limit) * float64(time.Second)); refill > keep {
-			keep = refill
-		}
-		b = &bucket{lim: rate.NewLimiter(r.Limit, r.Burst), keep: keep}
+		b = &bucket{lim: rate.NewLimiter(r.Limit, r.Burst)}
+		b.keep.Store(int64(l.keepFor(r)))
 		sh.buckets[k] = b
 	}
 	b.lastUsed.Store(now.UnixNano())
 	return b
 }
 
+// keepFor is how long a bucket of rate r is kept unused: IdleTimeout, or
+// as long as r takes to refill the whole burst if that is longer.
+func (l *RateLimiter) keepFor(r Rate) time.Duration {
+	keep := l.cfg.IdleTimeout
+	if refill := time.Duration(float64(r.Burst) / float64(r.Limit) * float64(time.Second)); refill > keep {
+		keep = refill
+	}
+	return keep
+}
+
 // sweep drops the buckets unused for longer than they take to refill and
 // than IdleTimeout. Called with sh.mu held.
 func (sh *rateShard) sweep(now time.Time) {
 	for k, b := range sh.buckets {
-		if now.Sub(time.Unix(0, b.lastUsed.Load())) > b.keep {
+		if now.Sub(time.Unix(0, b.lastUsed.Load())) > time.Duration(b.keep.Load()) {
 			delete(sh.buckets, k)
 		}
 	}
