@@ -30,7 +30,11 @@ func testCtx(t testing.TB) context.Context {
 // tables of the relay (migration 003) are the exception that holds tenant
 // data: a cross-tenant copy of the log granted to the projector role only,
 // like the log itself (the tenant is in each message's metadata).
-var globalTables = []string{"schema_migrations", "projection_checkpoints", "projection_ledger_since", "watermill_strata_events", "watermill_offsets_strata_events"}
+var globalTables = []string{"schema_migrations", "projection_checkpoints", "projection_ledger_since", "watermill_strata_events", "watermill_offsets_strata_events",
+	// The tenant directory (migration 008) is the control plane: every
+	// serving process reads every tenant's status and quotas (a column
+	// grant, not RLS, confines it); only the owner writes; see docs/tenants.md.
+	"tenants", "tenant_audit", "engine_settings"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).

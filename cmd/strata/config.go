@@ -61,6 +61,10 @@ var envVars = map[string]string{
 	"STRATA_TENANT_IN_FLIGHT_OVERRIDES": "per-tenant in-flight limits, e.g. acme:commands=128; beta:waits=4",
 	"STRATA_BODY_TIMEOUT":               "how long a request body may take to arrive before 408 (default 5s)",
 
+	// The tenant directory (docs/tenants.md).
+	"STRATA_REQUIRE_TENANT_DIRECTORY": "serve only tenants that are active in the tenant directory (403 tenant_unknown otherwise); unset = the installation's setting: on for installations created with migration 008, off for older ones",
+	"STRATA_TENANT_DIRECTORY_RELOAD":  "how often a serving process reloads the whole tenant directory, the safety net under the push (default 10s)",
+
 	// Process managers (docs/process-managers.md) and the fulfilment module's payments (docs/fulfilment.md).
 	"STRATA_PROCESSES":            "process managers the projector role runs: all (default), none, or a comma-separated list of names (e.g. fulfilment)",
 	"STRATA_PROCESS_POLL":         "how often process managers look at the log, their outbox and their deadlines when nothing wakes them (default 1s)",

@@ -33,7 +33,8 @@ Usage:
   strata serve   [--addr :8080] [--roles command,query,projector]   run the APIs and projectors
   strata migrate up|status|down [--steps N]                         manage the database schema
   strata replay  status|rebuild|dlq ...                             projections' status, rebuilds, dead letters (replay help)
-  strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token
+  strata tenants list|show|provision|suspend|resume|quotas ...      the tenant directory (tenants help)
+  strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token (--scope platform: the directory's routes)
   strata bench   [--quick] [--out FILE] [--workloads a,b]          measure hot paths against raw PostgreSQL
   strata db      reset                                              stop the embedded PostgreSQL and delete its data
   strata version                                                    print the version
@@ -57,6 +58,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdMigrate(ctx, args[1:], env, stdout, stderr)
 	case "replay":
 		return cmdReplay(ctx, args[1:], env, stdout, stderr)
+	case "tenants":
+		return cmdTenants(ctx, args[1:], env, stdout, stderr)
 	case "token":
 		return cmdToken(args[1:], env, stdout, stderr)
 	case "bench":

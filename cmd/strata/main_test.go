@@ -20,6 +20,9 @@ import (
 // (signals, kill -9) can start real strata processes without a build step.
 func TestMain(m *testing.M) {
 	if os.Getenv("STRATA_TEST_AS_MAIN") == "1" {
+		if _, set := os.LookupEnv("STRATA_REQUIRE_TENANT_DIRECTORY"); !set {
+			os.Setenv("STRATA_REQUIRE_TENANT_DIRECTORY", "false") // as testEnv: the tests' tenants are not provisioned
+		}
 		os.Args = append([]string{"strata"}, strings.Fields(os.Getenv("STRATA_TEST_ARGS"))...)
 		main()
 		return
@@ -30,8 +33,14 @@ func TestMain(m *testing.M) {
 // testEnv returns a getenv for run: the given variables and nothing else.
 func testEnv(vars map[string]string) func(string) string {
 	return func(k string) string {
-		if v, ok := vars[k]; ok || k != "STRATA_PROCESSES" {
+		if v, ok := vars[k]; ok || k != "STRATA_PROCESSES" && k != "STRATA_REQUIRE_TENANT_DIRECTORY" {
 			return v
+		}
+		if k == "STRATA_REQUIRE_TENANT_DIRECTORY" {
+			// Every test database is a new installation, which requires the
+			// tenant directory; the engine's tests use tenants they never
+			// provision. The directory's tests (tenants_test.go) turn it on.
+			return "false"
 		}
 		// The engine's tests drive orders alone: the fulfilment process
 		// manager would cancel orders whose stock was never received,

@@ -24,6 +24,7 @@ import (
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/esdb"
@@ -307,11 +308,15 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	}
 	a.api = a.router.NewRoute().Subrouter()
 	a.api.Use(httpapi.Authenticate(verifier))
-	limiter, err := newRateLimiter(e, a.metrics)
+	tenants, err := wireTenancy(ctx, a, roles, devSecret)
 	if err != nil {
 		return err
 	}
-	slots, err := newTenantLimiter(e, a.metrics)
+	limiter, err := newRateLimiter(e, a.metrics, tenants.rates)
+	if err != nil {
+		return err
+	}
+	slots, err := newTenantLimiter(e, a.metrics, tenants.slots)
 	if err != nil {
 		return err
 	}
@@ -331,9 +336,9 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	// rate and its own slot, and once the body has arrived, so that neither
 	// unauthenticated nor slow requests (nor one tenant's many) hold it.
 	a.commandAPI = a.api.NewRoute().Subrouter()
-	a.commandAPI.Use(limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), capper.Middleware)
+	a.commandAPI.Use(tenants.gate, limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), capper.Middleware)
 	a.queryAPI = a.api.NewRoute().Subrouter()
-	a.queryAPI.Use(limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), capper.Middleware)
+	a.queryAPI.Use(tenants.gate, limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), capper.Middleware)
 	a.waitSlot = func(r *http.Request) (func(), error) { return slots.Enter(r, httpapi.SlotWaits) }
 
 	for _, w := range []struct {
@@ -535,9 +540,10 @@ func (n notifying) Append(ctx context.Context, req eventstore.AppendRequest) (ev
 }
 
 // newRateLimiter builds the per-tenant limits from STRATA_RATE_COMMANDS,
-// STRATA_RATE_QUERIES and STRATA_RATE_OVERRIDES.
-func newRateLimiter(e env, m *telemetry.Metrics) (*httpapi.RateLimiter, error) {
-	cfg := httpapi.RateLimitConfig{RejectFunc: func(_ *http.Request, class httpapi.RateClass) {
+// STRATA_RATE_QUERIES and STRATA_RATE_OVERRIDES; the tenant directory's
+// quotas (tenant) win over the overrides.
+func newRateLimiter(e env, m *telemetry.Metrics, tenant func(domain.TenantID) httpapi.TenantRates) (*httpapi.RateLimiter, error) {
+	cfg := httpapi.RateLimitConfig{TenantFunc: tenant, RejectFunc: func(_ *http.Request, class httpapi.RateClass) {
 		m.RateLimited.WithLabelValues(string(class)).Inc()
 	}}
 	for _, class := range []httpapi.RateClass{httpapi.RateCommands, httpapi.RateQueries} {
@@ -563,9 +569,10 @@ func newRateLimiter(e env, m *telemetry.Metrics) (*httpapi.RateLimiter, error) {
 }
 
 // newTenantLimiter builds the per-tenant in-flight limits from
-// STRATA_TENANT_IN_FLIGHT_COMMANDS, _QUERIES, _WAITS and _OVERRIDES.
-func newTenantLimiter(e env, m *telemetry.Metrics) (*httpapi.TenantLimiter, error) {
-	cfg := httpapi.TenantLimitConfig{RejectFunc: func(_ *http.Request, class httpapi.SlotClass) {
+// STRATA_TENANT_IN_FLIGHT_COMMANDS, _QUERIES, _WAITS and _OVERRIDES; the
+// tenant directory's quotas (tenant) win over the overrides.
+func newTenantLimiter(e env, m *telemetry.Metrics, tenant func(domain.TenantID) httpapi.TenantSlots) (*httpapi.TenantLimiter, error) {
+	cfg := httpapi.TenantLimitConfig{TenantFunc: tenant, RejectFunc: func(_ *http.Request, class httpapi.SlotClass) {
 		m.TenantInFlight.WithLabelValues(string(class)).Inc()
 	}}
 	for _, c := range []struct {

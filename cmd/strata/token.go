@@ -17,7 +17,7 @@ func cmdToken(args []string, e env, stdout, stderr io.Writer) int {
 	tenant := fs.String("tenant", "", "tenant ID (required), [a-z0-9-]{1,63}")
 	sub := fs.String("sub", "dev", "subject")
 	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime, at most 744h (31 days)")
-	scope := fs.String("scope", "", "space- or comma-separated scopes, e.g. admin")
+	scope := fs.String("scope", "", "space- or comma-separated scopes: admin (the tenant's /v1/admin routes), platform (the tenant directory, /v1/platform)")
 	cross := fs.Bool("cross-tenant", false, "allow admin views across tenants (audited)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage

@@ -28,6 +28,11 @@ import (
 const (
 	// ScopeAdmin opens /v1/admin/... for the token's tenant.
 	ScopeAdmin = "admin"
+	// ScopePlatform opens /v1/platform/...: the tenant directory of the
+	// whole installation (provision, suspend, resume). It is the platform
+	// operator's, never a tenant's: admin does not imply it, and the
+	// token's tenant does not limit it.
+	ScopePlatform = "platform"
 )
 
 // Claims are the verified contents of a token.

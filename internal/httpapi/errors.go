@@ -32,6 +32,10 @@ const (
 	CodeInternal             = "internal"
 	CodeUnavailable          = "unavailable"
 	CodeNotYetConsistent     = "not_yet_consistent"
+	// The tenant directory's refusals (internal/tenancy): the token's
+	// tenant is not an active tenant of the directory, or is suspended.
+	CodeTenantUnknown   = "tenant_unknown"
+	CodeTenantSuspended = "tenant_suspended"
 )
 
 // Error is an API error with its status, code and client-safe message.

@@ -207,6 +207,11 @@ type RateLimitConfig struct {
 	Queries  Rate
 	// Overrides replace the defaults of single tenants.
 	Overrides map[domain.TenantID]TenantRates
+	// TenantFunc, if set, returns a tenant's own rates at the time of the
+	// request (the tenant directory's quotas, which change at run time);
+	// a nil field falls back to Overrides, then to the default. A changed
+	// rate applies to the tenant's existing bucket at once.
+	TenantFunc func(domain.TenantID) TenantRates
 	// IdleTimeout is how long a tenant's bucket is kept unused before it
 	// is dropped (default 10 minutes). A bucket is never dropped before it
 	// would have refilled completely, so dropping it never gives a tenant
@@ -293,7 +298,7 @@ type bucket struct {
 	mu       sync.Mutex
 	lim      *rate.Limiter
 	lastUsed atomic.Int64 // unix nanoseconds; written under the shard lock
-	keep     time.Duration
+	keep     atomic.Int64 // nanoseconds unused before the bucket may be dropped
 }
 
 // NewRateLimiter returns a limiter for cfg.
@@ -325,6 +330,11 @@ func NewRateLimiter(cfg RateLimitConfig) (*RateLimiter, error) {
 
 // RateFor returns the rate that applies to tenant's requests of class.
 func (l *RateLimiter) RateFor(tenant domain.TenantID, class RateClass) Rate {
+	if l.cfg.TenantFunc != nil {
+		if r := l.cfg.TenantFunc(tenant).get(class); r != nil && r.validate() == nil {
+			return *r
+		}
+	}
 	if r := l.cfg.Overrides[tenant].get(class); r != nil {
 		return *r
 	}
@@ -347,6 +357,14 @@ func (l *RateLimiter) Allow(tenant domain.TenantID, class RateClass) (retryAfter
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.lim.Limit() != r.Limit || b.lim.Burst() != r.Burst {
+		// The tenant's quota changed since the bucket was made: the tokens
+		// already in it stay (up to the new burst), the new rate refills,
+		// and the bucket is kept as long as the new rate needs to refill.
+		b.lim.SetLimitAt(now, r.Limit)
+		b.lim.SetBurstAt(now, r.Burst)
+		b.keep.Store(int64(l.keepFor(r)))
+	}
 	res := b.lim.ReserveN(now, 1)
 	if !res.OK() { // cannot happen with Burst >= 1; fail closed anyway
 		return time.Second, false
@@ -368,22 +386,29 @@ func (l *RateLimiter) bucket(k rateKey, r Rate, now time.Time) *bucket {
 	}
 	b := sh.buckets[k]
 	if b == nil {
-		keep := l.cfg.IdleTimeout
-		if refill := time.Duration(float64(r.Burst) / float64(r.Limit) * float64(time.Second)); refill > keep {
-			keep = refill
-		}
-		b = &bucket{lim: rate.NewLimiter(r.Limit, r.Burst), keep: keep}
+		b = &bucket{lim: rate.NewLimiter(r.Limit, r.Burst)}
+		b.keep.Store(int64(l.keepFor(r)))
 		sh.buckets[k] = b
 	}
 	b.lastUsed.Store(now.UnixNano())
 	return b
 }
 
+// keepFor is how long a bucket of rate r is kept unused: IdleTimeout, or
+// as long as r takes to refill the whole burst if that is longer.
+func (l *RateLimiter) keepFor(r Rate) time.Duration {
+	keep := l.cfg.IdleTimeout
+	if refill := time.Duration(float64(r.Burst) / float64(r.Limit) * float64(time.Second)); refill > keep {
+		keep = refill
+	}
+	return keep
+}
+
 // sweep drops the buckets unused for longer than they take to refill and
 // than IdleTimeout. Called with sh.mu held.
 func (sh *rateShard) sweep(now time.Time) {
 	for k, b := range sh.buckets {
-		if now.Sub(time.Unix(0, b.lastUsed.Load())) > b.keep {
+		if now.Sub(time.Unix(0, b.lastUsed.Load())) > time.Duration(b.keep.Load()) {
 			delete(sh.buckets, k)
 		}
 	}

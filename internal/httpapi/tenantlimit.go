@@ -120,6 +120,10 @@ type TenantLimitConfig struct {
 	Commands, Queries, Waits int
 	// Overrides replace the defaults of single tenants.
 	Overrides map[domain.TenantID]TenantSlots
+	// TenantFunc, if set, returns a tenant's own limits at the time of the
+	// request (the tenant directory's quotas); a zero field falls back to
+	// Overrides, then to the default.
+	TenantFunc func(domain.TenantID) TenantSlots
 	// RetryAfter is sent with a rejection (default 1s).
 	RetryAfter time.Duration
 	// RejectFunc, if set, is called for every rejected request (metrics).
@@ -209,6 +213,11 @@ func NewTenantLimiter(cfg TenantLimitConfig) (*TenantLimiter, error) {
 
 // LimitFor returns tenant's limit of class (UnlimitedSlots: none).
 func (l *TenantLimiter) LimitFor(tenant domain.TenantID, class SlotClass) int {
+	if l.cfg.TenantFunc != nil {
+		if n := l.cfg.TenantFunc(tenant).get(class); n != 0 && validSlots(n) {
+			return n
+		}
+	}
 	if n := l.cfg.Overrides[tenant].get(class); n != 0 {
 		return n
 	}
