@@ -256,6 +256,8 @@ func (e *env) strataEnv(url, dataDir string, extra ...string) []string {
 		// PM1 turns it on (STRATA_PROCESSES=all among extra: the last
 		// value of a variable wins).
 		"STRATA_PROCESSES=none",
+		// The scenarios' tenants are not provisioned in the directory.
+		"STRATA_REQUIRE_TENANT_DIRECTORY=false",
 	}
 	return append(out, extra...)
 }

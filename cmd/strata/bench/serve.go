@@ -56,6 +56,8 @@ func (e *Env) startServe(ctx context.Context, url string) (*server, error) {
 		// workload's orders have no stock, and the fulfilment process
 		// manager would cancel each placed one, adding its own load.
 		"STRATA_PROCESSES=none",
+		// The workloads' tenants are not provisioned in the directory.
+		"STRATA_REQUIRE_TENANT_DIRECTORY=false",
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
