@@ -38,9 +38,15 @@ type OrderFulfilment struct {
 	created, lineAdded, lineRemoved       string
 	placed, paid, cancelled, reservations string
 	restage                               string
+	// The set-based path (ApplyBatch): every order's events of a batch
+	// folded in Go into one row of each statement.
+	batchCreated, batchOrders, batchStock, batchRestage string
 }
 
-var _ projections.Retargetable = (*OrderFulfilment)(nil)
+var (
+	_ projections.Retargetable    = (*OrderFulfilment)(nil)
+	_ projections.BatchProjection = (*OrderFulfilment)(nil)
+)
 
 // New returns the projection writing into t.
 func New(t Tables) *OrderFulfilment {
@@ -68,7 +74,41 @@ VALUES ($1, $2, 'draft', 'draft', $5, '{}', 0, 0, 0, $6, $3, $4)`,
 		// The stage, from the row as the statement before left it. The
 		// order of the WHENs is the precedence: what the order says first,
 		// then what the stock says.
-		restage: `UPDATE ` + table + ` SET stage = CASE
+		restage: `UPDATE ` + table + ` SET stage = ` + stageCase + `
+WHERE tenant_id = $1 AND order_id = $2`,
+		batchOrders: `UPDATE ` + table + ` AS t SET
+    lines = CASE WHEN u.patch IS NULL THEN t.lines ELSE (
+        SELECT COALESCE(jsonb_object_agg(x.k, x.v), '{}'::jsonb) FROM (
+            SELECT e.key AS k, e.value AS v FROM jsonb_each(t.lines) e WHERE NOT (u.patch ? e.key)
+            UNION ALL
+            SELECT p.key, to_jsonb(CASE WHEN (p.value->>'reset')::boolean THEN 0 ELSE COALESCE((t.lines->>p.key)::bigint, 0) END + (p.value->>'add')::bigint)
+            FROM jsonb_each(u.patch) p
+            WHERE NOT ((p.value->>'reset')::boolean AND (p.value->>'add')::bigint = 0)) x) END,
+    order_status = COALESCE(u.status, t.order_status),
+    total_amount = CASE WHEN u.set_total THEN u.total ELSE t.total_amount END,
+    payment_reference = CASE WHEN u.set_ref THEN u.ref ELSE t.payment_reference END,
+    cancel_reason = CASE WHEN u.set_reason THEN u.reason ELSE t.cancel_reason END,
+    version = u.version
+FROM unnest($2::text[], $3::jsonb[], $4::text[], $5::boolean[], $6::bigint[], $7::boolean[], $8::text[], $9::boolean[], $10::text[], $11::bigint[])
+    AS u(order_id, patch, status, set_total, total, set_ref, ref, set_reason, reason, version)
+WHERE t.tenant_id = $1 AND t.order_id = u.order_id`,
+		batchCreated: `INSERT INTO ` + table + ` (tenant_id, order_id, stage, order_status, currency, lines, reserved, released, committed,
+	version, updated_at, last_position)
+SELECT $1, u.order_id, 'draft', 'draft', u.currency, '{}', 0, 0, 0, u.version, u.at, u.pos
+FROM unnest($2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bigint[]) AS u(order_id, currency, version, at, pos)`,
+		batchStock: `UPDATE ` + table + ` AS t SET reserved = t.reserved + u.r, released = t.released + u.rl, committed = t.committed + u.c
+FROM unnest($2::text[], $3::integer[], $4::integer[], $5::integer[]) AS u(order_id, r, rl, c)
+WHERE t.tenant_id = $1 AND t.order_id = u.order_id`,
+		batchRestage: `UPDATE ` + table + ` AS t SET stage = ` + stageCase + `, updated_at = u.at, last_position = u.pos
+FROM unnest($2::text[], $3::timestamptz[], $4::bigint[]) AS u(order_id, at, pos)
+WHERE t.tenant_id = $1 AND t.order_id = u.order_id`,
+	}
+}
+
+// stageCase derives the stage from the row as the statements before left
+// it. The order of the WHENs is the precedence: what the order says first,
+// then what the stock says.
+const stageCase = `CASE
 	WHEN order_status = 'draft' THEN 'draft'
 	WHEN order_status = 'cancelled' THEN CASE WHEN reserved > released + committed THEN 'releasing' ELSE 'cancelled' END
 	WHEN order_status = 'paid' AND released > 0 THEN CASE WHEN reserved > released + committed THEN 'releasing' ELSE 'paid_unfulfilled' END
@@ -76,10 +116,7 @@ VALUES ($1, $2, 'draft', 'draft', $5, '{}', 0, 0, 0, $6, $3, $4)`,
 	WHEN released > 0 THEN 'releasing'
 	WHEN reserved >= (SELECT count(*) FROM jsonb_object_keys(lines)) THEN 'awaiting_payment'
 	ELSE 'reserving'
-END
-WHERE tenant_id = $1 AND order_id = $2`,
-	}
-}
+END`
 
 // All returns the fulfilment module's projections writing into their live
 // tables.
