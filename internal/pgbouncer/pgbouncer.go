@@ -348,3 +348,20 @@ func spawn(cmd *exec.Cmd) error {
 	spawnCh <- req
 	return <-req.res
 }
+
+// Version is the installed PgBouncer's version ("1.18.0").
+func Version() (string, error) {
+	bin, err := Binary()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
+	if len(f) < 2 {
+		return "", fmt.Errorf("pgbouncer --version: %q", out)
+	}
+	return f[len(f)-1], nil
+}
