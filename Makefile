@@ -19,8 +19,27 @@ build: ## build bin/strata
 run: build ## run strata serve on a private PostgreSQL (or $$DATABASE_URL) and print a token and a curl line
 	./$(BIN) serve
 
+# PgBouncer: the tests of the command and query roles behind a
+# transaction-mode pooler (docs/pgbouncer.md) start their own from the
+# Debian package's binary. Installed here when missing, as root (CI is);
+# otherwise the target says what to run.
+PGBOUNCER ?= $(shell command -v pgbouncer 2>/dev/null || ls /usr/sbin/pgbouncer 2>/dev/null)
+
+.PHONY: deps
+deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer) when it is missing
+	@if [ -n "$(PGBOUNCER)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "make deps: pgbouncer is not installed and this is not root: run 'sudo apt-get install -y pgbouncer' (Debian/Ubuntu), or set PGBOUNCER=/path/to/pgbouncer"; exit 1; \
+	fi; \
+	command -v apt-get >/dev/null || { echo "make deps: pgbouncer is not installed and there is no apt-get: install PgBouncer >= 1.18 and set PGBOUNCER=/path/to/pgbouncer"; exit 1; }; \
+	echo "make deps: installing pgbouncer (apt-get)"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer >/dev/null 2>&1 || \
+		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer; } || \
+		{ echo "make deps: apt-get install pgbouncer failed"; exit 1; }; \
+	pgbouncer --version | head -n 1
+
 .PHONY: test
-test: ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly
+test: deps ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	@$(GO) test -count=1 -run '^TestConformance$$' -v ./eventstore/esdb 2>&1 | grep -E '^(EventStoreDB|--- FAIL)' || true
@@ -51,15 +70,15 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s) one after the other; a
 	done
 
 .PHONY: test/race
-test/race: ## the tests under the race detector
+test/race: deps ## the tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: bench
-bench: build ## measure every hot path against raw PostgreSQL in the same run (~15 min); writes bench-results/
+bench: build deps ## measure every hot path against raw PostgreSQL in the same run (~15 min); writes bench-results/
 	./$(BIN) bench --out bench-results/bench.json --docs docs/bench
 
 .PHONY: bench-quick
-bench-quick: build ## a one-minute smoke run of the benchmarks
+bench-quick: build deps ## a one-minute smoke run of the benchmarks
 	./$(BIN) bench --quick --out bench-results/bench-quick.json
 
 .PHONY: lint

@@ -27,6 +27,7 @@ func newEnv(get func(string) string) env { return env{get: get} }
 var envVars = map[string]string{
 	"DATABASE_URL":                     "PostgreSQL URL of the owner connection (migrations, rebuilds' DDL; a login that may become strata_owner); unset = a private PostgreSQL under STRATA_DATA_DIR",
 	"STRATA_APP_DATABASE_URL":          "PostgreSQL URL of the login serving commands and queries (a member of strata_app only); unset = strata_app_login, provisioned from DATABASE_URL",
+	"STRATA_APP_DATABASE_POOLER":       "what STRATA_APP_DATABASE_URL points at: none (PostgreSQL, default), session (a session-mode pool) or transaction (a transaction-mode pooler such as PgBouncer; docs/pgbouncer.md)",
 	"STRATA_PROJECTOR_DATABASE_URL":    "PostgreSQL URL of the login running projections (a member of strata_projector only); unset = strata_projector_login, provisioned from DATABASE_URL",
 	"STRATA_ALLOW_PRIVILEGED_LOGIN":    "development only: serve even when a serving login could escalate (superuser, owner, ...); logged as a warning on every start",
 	"STRATA_DATA_DIR":                  "directory for the embedded PostgreSQL and the development JWT secret (default ./.strata)",

@@ -100,7 +100,7 @@ func (e env) servingLogins(owner string) ([]db.Login, error) {
 		}
 		out = append(out, db.Login{Role: sl.role, URL: sl.url})
 	}
-	return out, nil
+	return markPooled(e, out)
 }
 
 // whatToSet is the advice of every refusal to serve.
@@ -159,12 +159,18 @@ func openServing(ctx context.Context, e env, c dbConns, ownerPool bool, base db.
 	}{{&c.app, &p.app, "strata"}, {&c.proj, &p.proj, "strata-projector"}} {
 		cfg := base
 		cfg.Role, cfg.AppName = l.login.role, l.name
+		if cfg.Pooler, err = poolerFor(e, l.login.role); err != nil {
+			return fail(err)
+		}
 		pool, err := db.OpenPool(ctx, l.login.url, cfg)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", l.login.source, err))
 		}
 		*l.pool = pool
 		err = probeServing(ctx, pool, l.login.role)
+		if perr := checkPooler(ctx, l.login, pool, cfg.Pooler, err, logger); perr != nil { // proxy.go
+			return fail(perr)
+		}
 		var esc *db.EscalationError
 		switch {
 		case err == nil:
@@ -301,7 +307,11 @@ func autoMigrateServe(ctx context.Context, e env, auto bool, c dbConns, logger *
 	}
 	// A login that cannot be provisioned is reported when the pools are
 	// checked, with what to set; here it is only a warning.
-	if err := db.EnsureLogins(ctx, c.owner, []db.Login{{Role: c.app.role, URL: c.app.url}, {Role: c.proj.role, URL: c.proj.url}}, logf); err != nil {
+	logins, err := markPooled(e, []db.Login{{Role: c.app.role, URL: c.app.url}, {Role: c.proj.role, URL: c.proj.url}})
+	if err != nil {
+		return err
+	}
+	if err := db.EnsureLogins(ctx, c.owner, logins, logf); err != nil {
 		logger.Warn("provision the serving logins", "error", err.Error())
 	}
 	return nil

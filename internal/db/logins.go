@@ -23,6 +23,10 @@ type Login struct {
 	// URL connects as the login role. Its password, when it has one, is
 	// the login's password.
 	URL string
+	// Pooled: the URL goes through a transaction-mode pooler, so the
+	// login's sessions must start as Role in strata's search_path by
+	// themselves (pooler.go): EnsureLogins sets the login's defaults.
+	Pooled bool
 }
 
 // LoginURL returns base (a URL or a keyword/value connection string) with
@@ -128,6 +132,9 @@ FROM pg_roles WHERE rolname = $1`, user).Scan(&exists, &privileged); err != nil 
 		if _, err := conn.Exec(ctx, "GRANT "+l.Role+" TO "+name); err != nil {
 			return fmt.Errorf("grant %s to login role %s: %w", l.Role, user, err)
 		}
+	}
+	if l.Pooled {
+		return setLoginDefaults(ctx, conn, user, l.Role)
 	}
 	return nil
 }

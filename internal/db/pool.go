@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,12 @@ type PoolConfig struct {
 	AppName string
 	// Tracer, when set, receives every query (OpenTelemetry, metrics).
 	Tracer pgx.QueryTracer
+	// Pooler is what url points at: PostgreSQL itself or a session-mode
+	// pool ("", PoolerNone, PoolerSession), or a transaction-mode pooler
+	// (PoolerTransaction; pooler.go): then no named prepared statements,
+	// no session settings, and the role and search_path come from the
+	// login's defaults, checked on every new connection.
+	Pooler string
 }
 
 // OpenPool opens a pool on url whose connections run as cfg.Role in the
@@ -44,13 +51,31 @@ func OpenPool(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, e
 	pc.MaxConnIdleTime = 5 * time.Minute
 	pc.HealthCheckPeriod = 15 * time.Second
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	pooled := cfg.Pooler == PoolerTransaction
+	switch cfg.Pooler {
+	case "", PoolerNone, PoolerSession, PoolerTransaction:
+	default:
+		return nil, fmt.Errorf("pooler %q: want %s, %s or %s", cfg.Pooler, PoolerNone, PoolerSession, PoolerTransaction)
+	}
+	if pooled && cfg.Role == RoleProjector {
+		return nil, errors.New("the projector's pool cannot go through a transaction-mode pooler: its leases are session advisory locks and its runners LISTEN")
+	}
+	// The session's settings are SET after connecting, not sent as
+	// startup parameters: PgBouncer (any pool mode) refuses startup
+	// parameters it does not know ("unsupported startup parameter:
+	// search_path"), so a session-mode pool in front of PostgreSQL works
+	// with the same pool as PostgreSQL itself (pooler.go).
+	//
 	// pg_temp last: without it in the path, PostgreSQL searches a
 	// session's temporary schema first, so SQL run through a subverted
 	// session could create a temporary table named like one of strata's
 	// (events, order_list) and capture the reads and writes of every later
 	// request on that pooled connection, of any tenant. Named last, a
 	// temporary table never shadows a strata table.
-	pc.ConnConfig.RuntimeParams["search_path"] = Schema + ", pg_temp"
+	set := []string{"SET search_path TO " + Schema + ", pg_temp"}
+	if cfg.Role != "" {
+		set = append([]string{"SET ROLE " + pgx.Identifier{cfg.Role}.Sanitize()}, set...)
+	}
 	if cfg.Role == RoleProjector {
 		// Projections write tables that grow from empty while one
 		// connection keeps executing the same prepared statements. A
@@ -60,7 +85,7 @@ func OpenPool(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, e
 		// events/s instead of 22,000. Custom plans are made per execution,
 		// against the table's current size; planning a few set-based
 		// statements per batch costs far less than one bad plan.
-		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+		set = append(set, "SET plan_cache_mode TO force_custom_plan")
 	}
 	if cfg.AppName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
@@ -68,9 +93,23 @@ func OpenPool(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, e
 	if cfg.Tracer != nil {
 		pc.ConnConfig.Tracer = cfg.Tracer
 	}
-	if role := cfg.Role; role != "" {
+	if role := cfg.Role; pooled {
+		// Unnamed statements, self-contained per execution: any server
+		// connection can run them. Nothing SET here would stick to a
+		// server connection: the login's defaults give the role and the
+		// search_path, and a session that does not start with them (the
+		// defaults are missing) fails its pool's Acquire with what to run.
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			_, err := c.Exec(ctx, "SET ROLE "+pgx.Identifier{role}.Sanitize())
+			if role == "" {
+				return nil
+			}
+			return CheckPooledSession(ctx, c, role)
+		}
+	} else {
+		stmt := strings.Join(set, "; ")
+		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, stmt) // one round trip (simple protocol)
 			return err
 		}
 	}

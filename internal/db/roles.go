@@ -54,6 +54,11 @@ package db
 //     and the pool sets search_path at connect time, which wins over a
 //     role default.
 //
+// Through a transaction-mode pooler (pooler.go) the app login gets the
+// role and search_path as its role defaults instead of a SET after
+// connecting: RESET ROLE then returns to strata_app, SET ROLE NONE to the
+// bare login; the rest above holds unchanged.
+//
 // DDL (migrations, a rebuild's shadow tables and swaps) runs on the owner
 // connection (DATABASE_URL), never on a serving pool.
 const (

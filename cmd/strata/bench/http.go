@@ -155,7 +155,13 @@ func benchHTTP(ctx context.Context, e *Env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(results, ryw), nil
+	results = append(results, ryw)
+	srv.stop()
+	pgb, err := benchPgBouncer(ctx, e) // pgbouncer.go
+	if err != nil {
+		return nil, err
+	}
+	return append(results, pgb), nil
 }
 
 // rawInsertLoop is the append baseline at n writers (see benchAppend).

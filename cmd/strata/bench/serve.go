@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,12 +25,13 @@ const benchSecret = "bench-secret-bench-secret-bench-secret-0123"
 type server struct {
 	cmd  *exec.Cmd
 	base string
+	once sync.Once
 }
 
 // startServe runs `strata serve` (all roles) against url as a separate
 // process, as users run it, with limits lifted so the benchmark measures
 // the service, not its throttles.
-func (e *Env) startServe(ctx context.Context, url string) (*server, error) {
+func (e *Env) startServe(ctx context.Context, url string, env ...string) (*server, error) {
 	if e.cfg.StrataPath == "" {
 		return nil, fmt.Errorf("no strata binary to run (Config.StrataPath)")
 	}
@@ -59,6 +61,7 @@ func (e *Env) startServe(ctx context.Context, url string) (*server, error) {
 		// The workloads' tenants are not provisioned in the directory.
 		"STRATA_REQUIRE_TENANT_DIRECTORY=false",
 	)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -91,7 +94,9 @@ func (e *Env) startServe(ctx context.Context, url string) (*server, error) {
 	return nil, fmt.Errorf("strata serve did not become ready within 30 s")
 }
 
-func (s *server) stop() {
+func (s *server) stop() { s.once.Do(s.terminate) }
+
+func (s *server) terminate() {
 	s.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 	done := make(chan struct{})
 	go func() { s.cmd.Wait(); close(done) }() //nolint:errcheck
