@@ -67,7 +67,7 @@ FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = AN
 			&c.Generation, &c.ParkedStreams, &c.ParkedLetters, &c.Rebuild, &c.Consumer); err != nil {
 			return nil, fmt.Errorf("read checkpoints: %w", err)
 		}
-		if c.Position, err = parsePosition(major, minor); err != nil {
+		if c.Position, err = event.ParseColumns(major, minor); err != nil {
 			return nil, fmt.Errorf("read checkpoint of %s: %w", c.Projection, err)
 		}
 		c.Status = State(status)
@@ -80,18 +80,6 @@ FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = AN
 		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}
 	return out, nil
-}
-
-func parsePosition(major, minor string) (event.Position, error) {
-	var p event.Position
-	var err error
-	if p.Major, err = strconv.ParseUint(major, 10, 64); err != nil {
-		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
-	}
-	if p.Minor, err = strconv.ParseUint(minor, 10, 64); err != nil {
-		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
-	}
-	return p, nil
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
@@ -119,7 +107,7 @@ WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::te
 	if err != nil {
 		return st, fmt.Errorf("load checkpoint of %s: %w", name, err)
 	}
-	st.pos, err = parsePosition(major, minor)
+	st.pos, err = event.ParseColumns(major, minor)
 	return st, err
 }
 

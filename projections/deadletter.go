@@ -107,7 +107,7 @@ func scanLetter(row pgx.Row) (DeadLetter, error) {
 		return l, err
 	}
 	l.Event.Tenant, l.Event.SchemaVersion, l.Event.Data, l.Status = l.Tenant, int(sv), data, LetterStatus(status)
-	if l.Event.Position, err = parsePosition(major, minor); err != nil {
+	if l.Event.Position, err = event.ParseColumns(major, minor); err != nil {
 		return l, err
 	}
 	if err := json.Unmarshal(meta, &l.Event.Metadata); err != nil {

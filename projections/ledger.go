@@ -121,7 +121,7 @@ func (lb *LedgerBook) Load(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 					return fmt.Errorf("ledger of tenant %s: hash of %d bytes", tenant, len(hash))
 				}
 				copy(l.Hash[:], hash)
-				pos, err := parsePosition(major, minor)
+				pos, err := event.ParseColumns(major, minor)
 				if err != nil {
 					return err
 				}

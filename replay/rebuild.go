@@ -585,7 +585,7 @@ RETURNING r.pos_major::text, r.pos_minor::text, r.parked_streams`, p.Name(), key
 			if err != nil {
 				return fmt.Errorf("move the live checkpoint: %w", err)
 			}
-			if out.pos, err = parsePos(major, minor); err != nil {
+			if out.pos, err = event.ParseColumns(major, minor); err != nil {
 				return err
 			}
 			_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE projection = $1`, key)
@@ -608,17 +608,6 @@ func retrySwap(err error) bool {
 		return true
 	}
 	return false
-}
-
-func parsePos(major, minor string) (event.Position, error) {
-	var p event.Position
-	if _, err := fmt.Sscan(major, &p.Major); err != nil {
-		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
-	}
-	if _, err := fmt.Sscan(minor, &p.Minor); err != nil {
-		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
-	}
-	return p, nil
 }
 
 // swapTenant replaces one tenant's live rows by the shadow's, moves the
@@ -704,7 +693,7 @@ WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid`, tenant, p.N
 WHERE projection = $1 RETURNING parked_streams`, p.Name(), oldStreams, shadowStreams, oldLetters, shadowLetters).Scan(&out.parkedStreams); err != nil {
 			return err
 		}
-		if out.pos, err = parsePos(major, minor); err != nil {
+		if out.pos, err = event.ParseColumns(major, minor); err != nil {
 			return err
 		}
 		// The projector may not delete checkpoint rows; the owner may.

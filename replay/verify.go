@@ -284,7 +284,7 @@ func (s *Service) ledgerSince(ctx context.Context, generation string) (event.Pos
 	if err != nil {
 		return event.Position{}, fmt.Errorf("read the ledger's start: %w", err)
 	}
-	return parsePos(major, minor)
+	return event.ParseColumns(major, minor)
 }
 
 // readLedger reads a tenant's ledger row (nil: none) and its marks in
@@ -317,7 +317,7 @@ FROM projection_ledger WHERE generation = $1::uuid AND tenant_id = $2`, generati
 			if err := scanHash(raw, &l.Hash); err != nil {
 				return err
 			}
-			if l.Last, err = parsePos(major, minor); err != nil {
+			if l.Last, err = event.ParseColumns(major, minor); err != nil {
 				return err
 			}
 			row = &ledgerRow{l}
@@ -336,7 +336,7 @@ WHERE generation = $1::uuid AND tenant_id = $2 ORDER BY events`, generation, ten
 			if err := scanHash(raw, &m.Hash); err != nil {
 				return err
 			}
-			if m.Last, err = parsePos(major, minor); err != nil {
+			if m.Last, err = event.ParseColumns(major, minor); err != nil {
 				return err
 			}
 			marks = append(marks, m)

@@ -408,7 +408,7 @@ func (r *Runner) begin(ctx context.Context, conn *pgx.Conn) error {
 WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::text`, r.name).Scan(&major, &minor, &generation); err != nil {
 		return fmt.Errorf("load checkpoint of %s: %w", r.name, err)
 	}
-	pos, err := parsePosition(major, minor)
+	pos, err := event.ParseColumns(major, minor)
 	if err != nil {
 		return err
 	}

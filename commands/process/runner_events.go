@@ -208,15 +208,3 @@ func probePause(ctx context.Context, tx pgx.Tx, key string) error {
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
-
-func parsePosition(major, minor string) (event.Position, error) {
-	var p event.Position
-	var err error
-	if p.Major, err = strconv.ParseUint(major, 10, 64); err != nil {
-		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
-	}
-	if p.Minor, err = strconv.ParseUint(minor, 10, 64); err != nil {
-		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
-	}
-	return p, nil
-}

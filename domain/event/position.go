@@ -22,6 +22,21 @@ type Position struct {
 	Minor uint64
 }
 
+// ParseColumns reads a Position from its two decimal columns (the
+// PostgreSQL tables keep positions as two numeric(20,0) columns, read as
+// text).
+func ParseColumns(major, minor string) (Position, error) {
+	var p Position
+	var err error
+	if p.Major, err = strconv.ParseUint(major, 10, 64); err != nil {
+		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
+	}
+	if p.Minor, err = strconv.ParseUint(minor, 10, 64); err != nil {
+		return p, fmt.Errorf("position %s/%s: %w", major, minor, err)
+	}
+	return p, nil
+}
+
 // IsZero reports whether p is the start of the log.
 func (p Position) IsZero() bool { return p.Major == 0 && p.Minor == 0 }
 

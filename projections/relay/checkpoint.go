@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,11 +35,8 @@ WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::te
 	if err != nil {
 		return event.Position{}, "", fmt.Errorf("load checkpoint of %s: %w", name, err)
 	}
-	var p event.Position
-	if p.Major, err = strconv.ParseUint(major, 10, 64); err != nil {
-		return p, "", fmt.Errorf("checkpoint of %s: %w", name, err)
-	}
-	if p.Minor, err = strconv.ParseUint(minor, 10, 64); err != nil {
+	p, err := event.ParseColumns(major, minor)
+	if err != nil {
 		return p, "", fmt.Errorf("checkpoint of %s: %w", name, err)
 	}
 	return p, generation, nil
