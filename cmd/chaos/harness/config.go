@@ -23,7 +23,7 @@ const (
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -199,6 +199,7 @@ type Config struct {
 	R14    R14Config
 	R15    R15Config
 	Starve StarveConfig
+	PM1    PM1Config // zero: DefaultPM1()
 }
 
 // Full returns the configuration of `make chaos`: the sizes of the

@@ -117,6 +117,8 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runR15(ctx, r)
 		case Starve:
 			err = e.runStarve(ctx, r)
+		case PM1:
+			err = e.runPM1(ctx, r)
 		case R11, R12:
 			if tenancy == nil {
 				tenancy, err = e.newTenancyFixture(ctx)
