@@ -78,7 +78,7 @@ clean: ## remove build output
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE against bin/strata, result table, non-zero exit on a failure (~5 min)
+chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE PM1 against bin/strata, result table, non-zero exit on a failure (~6 min)
 	$(GO) build -o bin/chaos ./cmd/chaos
 	./bin/chaos --strata $(BIN) $(CHAOS_FLAGS)
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -144,6 +145,12 @@ type recordedProvider struct {
 	sim *paysim.Server
 	srv *httptest.Server
 
+	// onCaptured, when set, is called once a capture's 201 has been
+	// flushed to the caller, before the handler returns (PM1 kills the
+	// projector-capable processes there: the provider has succeeded, the
+	// runner has not recorded it yet).
+	onCaptured atomic.Pointer[func(key string)]
+
 	mu    sync.Mutex
 	calls []providerCall
 }
@@ -155,7 +162,14 @@ func startRecordedProvider(cfg paysim.Config) *recordedProvider {
 		rw := &recordingWriter{ResponseWriter: w}
 		start := time.Now()
 		h.ServeHTTP(rw, r)
-		c := providerCall{At: start, Status: rw.status, Dropped: rw.hijacked, Late: r.Context().Err() != nil, Took: time.Since(start)}
+		late := r.Context().Err() != nil
+		if f := p.onCaptured.Load(); f != nil && r.URL.Path == "/v1/captures" && rw.status == http.StatusCreated && !rw.hijacked {
+			if fl, ok := w.(http.Flusher); ok {
+				fl.Flush()
+			}
+			(*f)(r.Header.Get("Idempotency-Key"))
+		}
+		c := providerCall{At: start, Status: rw.status, Dropped: rw.hijacked, Late: late, Took: time.Since(start)}
 		switch {
 		case r.URL.Path == "/v1/captures":
 			c.Op, c.Key = "capture", r.Header.Get("Idempotency-Key")

@@ -42,6 +42,11 @@ type PM1Config struct {
 	// KillMin..KillMax between kill rounds; FaultEvery between the
 	// provider's fault phases.
 	KillMin, KillMax time.Duration
+	// SuccessKills: up to this many times (at least SuccessKillEvery
+	// apart), the projector-capable processes are killed the moment the
+	// provider has flushed a capture's 201 to its caller.
+	SuccessKills     int
+	SuccessKillEvery time.Duration
 	FaultEvery       time.Duration
 	// Bound: every instance must be terminal within PaymentTimeout + Bound
 	// of its order's placing; Converge is how long the harness waits for
@@ -58,36 +63,37 @@ func DefaultPM1() PM1Config {
 		Tenants: 3, OrdersPerTenant: 70, Clients: 8, Pace: 42 * time.Second,
 		SKUs: 6, ScarceSKUs: 2, Stock: 10_000, ScarceStock: 12, ScarceShare: 0.25,
 		CancelRate: 0.15, HandPayRate: 0.12,
-		PaymentTimeout: 4 * time.Second, HTTPTimeout: time.Second, Attempts: 8,
+		PaymentTimeout: 4 * time.Second, HTTPTimeout: time.Second, Attempts: 10,
 		KillMin: 3 * time.Second, KillMax: 6 * time.Second, FaultEvery: 4500 * time.Millisecond,
-		Bound: 20 * time.Second, Converge: 60 * time.Second,
+		SuccessKills: 5, SuccessKillEvery: 5 * time.Second,
+		Bound: 60 * time.Second, Converge: 40 * time.Second,
 		RequestTimeout: 5 * time.Second, RetryFor: 40 * time.Second,
 	}
 }
 
-// pmPhase is one period of the provider's behaviour, slots x FaultEvery
-// long (0: one).
+// pmPhase is one period of the provider's behaviour, scale x FaultEvery
+// long.
 type pmPhase struct {
 	name   string
 	faults paysim.Faults
-	slots  int
+	scale  float64
 }
 
-// pmPhases cycle during the load. Two are "down" (every call 503) for two
-// slots, longer than the payment timeout, so that deadlines fire with
-// captures outstanding (and race the captures when the provider returns).
+// pmPhases cycle during the load. Two are "down" (every call 503) for
+// longer than the payment timeout, so that deadlines fire with captures
+// outstanding (and race the captures when the provider returns).
 func pmPhases(cfg PM1Config, declined []string) []pmPhase {
 	return []pmPhase{
-		{"slow (300 ms) and some 5xx", paysim.Faults{Delay: 300 * time.Millisecond, FailRate: 0.1}, 1},
-		{"5xx half the time", paysim.Faults{FailRate: 0.5}, 1},
-		{"held past the client's timeout", paysim.Faults{TimeoutRate: 0.35, Hold: 3 * cfg.HTTPTimeout}, 1},
-		{"succeed, then drop the answer", paysim.Faults{DropRate: 0.45}, 1},
-		{"down (every call 503)", paysim.Faults{FailRate: 1}, 2},
-		{"declines", paysim.Faults{DeclineRate: 0.3, FailRate: 0.1, DeclineOrders: declined}, 1},
-		{"slower than the client's timeout", paysim.Faults{Delay: cfg.HTTPTimeout + 200*time.Millisecond}, 1},
+		{"slow (300 ms) and some 5xx", paysim.Faults{Delay: 300 * time.Millisecond, FailRate: 0.1}, 1.0},
+		{"5xx a third of the time", paysim.Faults{FailRate: 0.35}, 1.0},
+		{"held past the client's timeout", paysim.Faults{TimeoutRate: 0.25, Hold: 3 * cfg.HTTPTimeout}, 1.0},
+		{"succeed, then drop the answer", paysim.Faults{DropRate: 0.35}, 1.0},
+		{"down (every call 503)", paysim.Faults{FailRate: 1}, 1.5},
+		{"declines", paysim.Faults{DeclineRate: 0.3, FailRate: 0.1, DeclineOrders: declined}, 1.0},
+		{"slower than the client's timeout", paysim.Faults{Delay: cfg.HTTPTimeout + 200*time.Millisecond}, 1.0},
 		{"everything at once", paysim.Faults{Delay: 100 * time.Millisecond, FailRate: 0.15, TimeoutRate: 0.1, Hold: 3 * cfg.HTTPTimeout,
-			DropRate: 0.2, DeclineRate: 0.1, DeclineOrders: declined}, 1},
-		{"down (every call 503)", paysim.Faults{FailRate: 1}, 2},
+			DropRate: 0.2, DeclineRate: 0.1, DeclineOrders: declined}, 1.0},
+		{"down (every call 503)", paysim.Faults{FailRate: 1}, 1.5},
 	}
 }
 
@@ -138,12 +144,12 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 		armMu.Lock()
 		defer armMu.Unlock()
 		switch u := armRng.Float64(); {
+		case u < 0.4:
+			return fmt.Sprintf("process.after-execute=%d", 5+armRng.IntN(40))
+		case u < 0.5:
+			return fmt.Sprintf("process.before-commit=%d", 3+armRng.IntN(20))
 		case u < 0.6:
-			return fmt.Sprintf("process.after-execute=%d", 2+armRng.IntN(24))
-		case u < 0.8:
-			return fmt.Sprintf("process.before-commit=%d", 1+armRng.IntN(10))
-		case u < 0.9:
-			return fmt.Sprintf("projector.before-commit=%d", 1+armRng.IntN(40))
+			return fmt.Sprintf("projector.before-commit=%d", 5+armRng.IntN(40))
 		}
 		return ""
 	}
@@ -194,6 +200,30 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 		}
 	}
 
+	// Kills the moment a capture's success has reached the runner.
+	var successKills []string
+	var skMu sync.Mutex
+	var lastSK time.Time
+	onCaptured := func(key string) {
+		skMu.Lock()
+		defer skMu.Unlock()
+		if !armed.Load() || len(successKills) >= cfg.SuccessKills || time.Since(lastSK) < cfg.SuccessKillEvery {
+			return
+		}
+		lastSK = time.Now()
+		var pids []string
+		for i, sp := range specs {
+			if sp.Arm != nil {
+				if pid := sup.Kill(i); pid != 0 {
+					pids = append(pids, fmt.Sprintf("%s (pid %d)", sp.Name, pid))
+				}
+			}
+		}
+		successKills = append(successKills, fmt.Sprintf("%s after %s: %s", lastSK.Format("15:04:05.000"), key, strings.Join(pids, ", ")))
+		e.logf("PM1: capture %s answered 201: SIGKILL %s", key, strings.Join(pids, ", "))
+	}
+	prov.onCaptured.Store(&onCaptured)
+
 	done := make(chan struct{})
 	var bg sync.WaitGroup
 	var rounds, kills int
@@ -240,7 +270,7 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 				return
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Duration(max(ph.slots, 1)) * cfg.FaultEvery):
+			case <-time.After(time.Duration(ph.scale * float64(cfg.FaultEvery))):
 			}
 		}
 	}()
@@ -287,6 +317,11 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 	e.logf("PM1: load done in %s; %d kill rounds, %d SIGKILLs, %d failpoint kills", loadEnd.Sub(load.started).Round(100*time.Millisecond),
 		rounds, kills, sup.count("failpoint"))
 	r.check("kill rounds during the load", ">= 3", fmt.Sprintf("%d (%d SIGKILLs)", rounds, kills), rounds >= 3)
+	skMu.Lock()
+	nsk := len(successKills)
+	r.check("projector-capable processes killed just after a capture's 201 was flushed to them", ">= 1", nsk, nsk >= 1)
+	r.note("kills after a capture's 201: %s", strings.Join(successKills, "; "))
+	skMu.Unlock()
 	fpExec, fpCommit, fpProj := 0, 0, 0
 	for _, ev := range sup.Events() {
 		if ev.Kind == "failpoint" {
@@ -344,7 +379,7 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 	if terminalAt.IsZero() {
 		r.note("after %s, %d of %d instances are not terminal (orders: %d)", cfg.Converge, open, total, len(orders))
 	}
-	r.within("every instance terminal after the clean restart", cfg.Converge, terminalAt.Sub(restarted), !terminalAt.IsZero())
+	r.within("every instance terminal after the clean restart (the provider healthy again)", cfg.Converge, terminalAt.Sub(restarted), !terminalAt.IsZero())
 
 	head, err := logHead(ctx, conn)
 	if err != nil {
