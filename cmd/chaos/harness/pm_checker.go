@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -475,6 +477,23 @@ WHERE process = 'fulfilment' AND status_after = ANY($1) GROUP BY tenant_id, inst
 			}
 		}
 	}
+	// Every kept capture in the ledger, whatever its key: the order it
+	// names was paid with exactly it.
+	paidWith := map[string]string{} // order ID (unique across tenants) -> reference
+	for k, f := range facts {
+		if len(f.paid) > 0 {
+			_, id, _ := strings.Cut(k, "/")
+			paidWith[id] = f.paid[0]
+		}
+	}
+	strayKept := 0
+	for _, k := range led.Keys {
+		if k.Status == paysim.StatusCaptured && paidWith[k.OrderID] != k.CaptureID {
+			strayKept++
+			ex("STRAY CAPTURE: %s kept under %s (order %s paid with %q)", k.CaptureID, k.Key, k.OrderID, paidWith[k.OrderID])
+		}
+	}
+	r.zero("kept captures in the ledger that no order was paid with", strayKept)
 	r.zero("orders paid through the provider without exactly one kept capture (theirs)", paidNoCapture)
 	r.zero("cancelled or unpaid orders with a capture kept", cancelledKept)
 	r.zero("orders paid by hand with our capture kept too (a double charge)", handKept)
@@ -565,6 +584,7 @@ WHERE process = 'fulfilment' AND status_after = ANY($1) GROUP BY tenant_id, inst
 		return err
 	}
 	var all, calm []time.Duration
+	lags := []string{"due\tfired\tlag_ms"}
 	pending := 0
 	var disturbances []time.Time // a projector-capable process went away
 	for _, ev := range run.sup.Events() {
@@ -581,6 +601,7 @@ WHERE process = 'fulfilment' AND status_after = ANY($1) GROUP BY tenant_id, inst
 		}
 		lag := d.fired.Sub(d.due)
 		all = append(all, lag)
+		lags = append(lags, fmt.Sprintf("%s\t%s\t%.3f", d.due.Format(time.RFC3339Nano), d.fired.Format(time.RFC3339Nano), lag.Seconds()*1000))
 		disturbed := false
 		for _, t := range disturbances {
 			if !t.Before(d.due.Add(-4*time.Second)) && !t.After(d.fired) {
@@ -591,6 +612,10 @@ WHERE process = 'fulfilment' AND status_after = ANY($1) GROUP BY tenant_id, inst
 		if !disturbed {
 			calm = append(calm, lag)
 		}
+	}
+	// The raw lags, to pool runs (docs/fulfilment.md).
+	if err := os.WriteFile(filepath.Join(e.dir, "chaos_pm1-deadlines.tsv"), []byte(strings.Join(lags, "\n")+"\n"), 0o644); err != nil {
+		return err
 	}
 	r.zero("deadlines still pending once every instance is terminal", pending)
 	r.check("payment deadlines fired under load", "> 0", len(all), len(all) > 0)
