@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -71,6 +72,21 @@ func DefaultPM1() PM1Config {
 	}
 }
 
+// validate reports a configuration PM1 cannot run.
+func (c PM1Config) validate() error {
+	switch {
+	case c.Tenants < 1 || c.OrdersPerTenant < 1 || c.Clients < 1:
+		return errors.New("PM1: want at least one tenant, order and client")
+	case c.ScarceSKUs < 1 || c.SKUs <= c.ScarceSKUs || c.Stock < 1 || c.ScarceStock < 1:
+		return errors.New("PM1: want scarce SKUs and plentiful ones, each with stock")
+	case c.PaymentTimeout < time.Second || c.HTTPTimeout <= 0 || c.Attempts < 1 || c.Pace <= 0 || c.FaultEvery <= 0:
+		return errors.New("PM1: want a payment timeout of at least 1s, positive durations and attempts")
+	case c.KillMin <= 0 || c.KillMax < c.KillMin || c.SuccessKills < 0 || c.Bound <= 0 || c.Converge <= 0 || c.RequestTimeout <= 0 || c.RetryFor <= 0:
+		return errors.New("PM1: want 0 < kill min <= kill max and positive bounds")
+	}
+	return nil
+}
+
 // pmPhase is one period of the provider's behaviour, scale x FaultEvery
 // long.
 type pmPhase struct {
@@ -101,6 +117,9 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 	cfg := e.cfg.PM1
 	if cfg.Tenants == 0 {
 		cfg = DefaultPM1()
+	}
+	if err := cfg.validate(); err != nil {
+		return err
 	}
 	r.Title = "fulfilment: SIGKILL and a misbehaving payment provider"
 	name := "chaos_pm1"
