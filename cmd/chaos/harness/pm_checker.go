@@ -352,6 +352,47 @@ WHERE process = 'fulfilment' AND status_after = ANY($1) GROUP BY tenant_id, inst
 		return err
 	}
 
+	// The read model of fulfilment per order: once every instance is
+	// terminal, its stage is the instance's status and its payment
+	// reference the order's.
+	type rmRow struct{ stage, ref string }
+	rm := map[string]rmRow{}
+	rrows, err := conn.Query(ctx, `SELECT tenant_id, order_id, stage, coalesce(payment_reference, '') FROM order_fulfilment`)
+	if err != nil {
+		return err
+	}
+	for rrows.Next() {
+		var tenant, id string
+		var row rmRow
+		if err := rrows.Scan(&tenant, &id, &row.stage, &row.ref); err != nil {
+			rrows.Close()
+			return err
+		}
+		rm[tenant+"/"+id] = row
+	}
+	rrows.Close()
+	if err := rrows.Err(); err != nil {
+		return err
+	}
+	rmDiffers := 0
+	for k, f := range facts {
+		if !f.hasInst {
+			continue
+		}
+		row, ok := rm[k]
+		ref := ""
+		if len(f.paid) > 0 {
+			ref = f.paid[0]
+		}
+		if !ok || row.stage != f.status || row.ref != ref {
+			rmDiffers++
+			if rmDiffers <= 5 {
+				r.note("READ MODEL: %s: order_fulfilment stage %q reference %q (row %v), instance %s, paid with %q", k, row.stage, row.ref, ok, f.status, ref)
+			}
+		}
+	}
+	r.zero("orders whose order_fulfilment row (stage, payment reference) differs from the instance and the log", rmDiffers)
+
 	// 4. The provider's ledger against the log.
 	led := run.prov.sim.Ledger()
 	keyOf := func(tenant, id string) string { return tenant + "/pm:fulfilment:" + id + ":capture" }
