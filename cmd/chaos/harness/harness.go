@@ -119,6 +119,8 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runStarve(ctx, r)
 		case R18:
 			err = e.runR18(ctx, r)
+		case PM1:
+			err = e.runPM1(ctx, r)
 		case R11, R12:
 			if tenancy == nil {
 				tenancy, err = e.newTenancyFixture(ctx)
