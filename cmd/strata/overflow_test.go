@@ -70,9 +70,16 @@ func TestSumsBeyondInt64(t *testing.T) {
 		}
 	}
 	// One order beyond the bound is refused, naming the rule.
-	if status, raw := call(http.MethodPost, "/v1/orders", `{"order_id":"o-3","customer_id":"c-max","currency":"EUR"}`); status != http.StatusCreated {
+	status, raw := call(http.MethodPost, "/v1/orders", `{"order_id":"o-3","customer_id":"c-max","currency":"EUR"}`)
+	if status != http.StatusCreated {
 		t.Fatalf("create o-3: %d %s", status, raw)
 	}
+	// The reads below wait for o-3's creation too (the summary counts it).
+	var created struct{ Position string }
+	if err := json.Unmarshal(raw, &created); err != nil {
+		t.Fatal(err)
+	}
+	position = created.Position
 	call(http.MethodPost, "/v1/orders/o-3/lines", `{"product_id":"p-1","quantity":1,"unit_price":{"amount":`+maxAmount+`,"currency":"EUR"}}`)
 	if status, raw := call(http.MethodPost, "/v1/orders/o-3/lines", `{"product_id":"p-2","quantity":1,"unit_price":{"amount":1,"currency":"EUR"}}`); status != http.StatusUnprocessableEntity ||
 		!strings.Contains(string(raw), `"rule_violation"`) || !strings.Contains(string(raw), "too large") {
