@@ -171,6 +171,15 @@ func TestDeadlineLag(t *testing.T) {
 	for i := range n {
 		b.statusIs("t-a", "lag"+string(rune('a'+i)), "cancelled")
 	}
+	// OnFire is told after the firing commits: wait for the reports.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		k := len(lags)
+		mu.Unlock()
+		if k >= n {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(lags)

@@ -61,14 +61,23 @@ func TestIntentRetriesWithBackoffThenSucceeds(t *testing.T) {
 	if outcomes != 1 {
 		t.Errorf("notify outcomes in the history = %d, want 1", outcomes)
 	}
-	mu.Lock()
+	// OnStep is told after the outcome commits, so the last report may
+	// come after the status the test waited for.
 	var got []string
-	for _, s := range reports {
-		if s.Step == "notify" {
-			got = append(got, string(s.Outcome))
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		mu.Lock()
+		got = got[:0]
+		for _, s := range reports {
+			if s.Step == "notify" {
+				got = append(got, string(s.Outcome))
+			}
 		}
+		mu.Unlock()
+		if len(got) >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	mu.Unlock()
 	if strings.Join(got, ",") != "error,error,ok" {
 		t.Errorf("step reports = %v, want error,error,ok", got)
 	}
