@@ -84,6 +84,9 @@ func TestDeadlineFiresExactlyOnce(t *testing.T) {
 	clk.Add(2 * time.Hour)
 	wake.Fire()
 	d := b.statusIs("t-a", "k1", "cancelled")
+	// OnFire is told after the firing commits, possibly after the cancel
+	// it decided has already run: wait for the report, then count.
+	b.eventually("k1's firing reported", func() bool { return fired("a")+fired("b") >= 1 })
 	if n := timeouts(d); n != 1 || fired("a")+fired("b") != 1 {
 		t.Errorf("k1: %d timeouts in the history, %d+%d firings, want 1", n, fired("a"), fired("b"))
 	}
@@ -112,6 +115,7 @@ func TestDeadlineFiresExactlyOnce(t *testing.T) {
 	c := mk("c")
 	stopC, doneC := run(c)
 	d = b.statusIs("t-a", "k2", "cancelled")
+	b.eventually("k2's firing reported", func() bool { return fired("c") >= 1 })
 	if n := timeouts(d); n != 1 || fired("c") != 1 {
 		t.Errorf("k2: %d timeouts, %d firings by the next runner, want 1", n, fired("c"))
 	}
