@@ -233,3 +233,29 @@ func (tc *templateCache) store(ctx context.Context, dir string) error {
 	}
 	return os.Rename(stampPath+".tmp", stampPath)
 }
+
+// baseBackup fills the empty directory dir with a copy of the primary
+// named by Config.StandbyOf, streaming the WAL written during the copy and
+// writing standby.signal and primary_conninfo, so that the cluster starts
+// as a hot standby that follows the primary.
+func (s *Server) baseBackup(ctx context.Context, dir string) error {
+	began := time.Now()
+	s.cfg.Logf("pgembed: copying the primary (%s) into %s (pg_basebackup)", s.cfg.StandbyOf, s.cfg.DataDir)
+	cmd := exec.CommandContext(ctx, s.bin.path("pg_basebackup"),
+		"--dbname="+s.cfg.StandbyOf, "--pgdata="+dir, "--write-recovery-conf",
+		"--wal-method=stream", "--checkpoint=fast", "--no-sync")
+	cmd.Env = serverEnv()
+	s.owner.apply(cmd)
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("pgembed: pg_basebackup: %w", ctx.Err())
+		}
+		return fmt.Errorf("pgembed: pg_basebackup failed: %v\n%s", err, lastLines(string(out), 20))
+	}
+	// The primary's own log came along with the copy: start the standby's
+	// log afresh, so that its messages are its own.
+	_ = os.Remove(filepath.Join(dir, logName))
+	s.cfg.Logf("pgembed: base backup done in %s", time.Since(began).Round(time.Millisecond))
+	return nil
+}

@@ -94,6 +94,13 @@ type Config struct {
 	Mode Mode
 	// Logf receives progress lines; nil is silent.
 	Logf func(format string, args ...any)
+	// StandbyOf, when set, makes a new cluster a streaming replica of the
+	// server at this libpq connection string (a superuser or replication
+	// login, e.g. "host=127.0.0.1 port=5432 user=postgres") instead of an
+	// initdb'd one: pg_basebackup --write-recovery-conf copies the primary
+	// and records it in primary_conninfo, so the server starts as a hot
+	// standby. Ignored when DataDir already holds a cluster.
+	StandbyOf string
 }
 
 const (
@@ -476,7 +483,11 @@ func (s *Server) ensureCluster(ctx context.Context) error {
 	if err := s.mkdirOwned(staging); err != nil {
 		return err
 	}
-	if err := s.initCluster(ctx, staging); err != nil {
+	initialise := s.initCluster
+	if s.cfg.StandbyOf != "" {
+		initialise = s.baseBackup
+	}
+	if err := initialise(ctx, staging); err != nil {
 		_ = os.RemoveAll(staging)
 		return err
 	}

@@ -111,7 +111,7 @@ func adminURL(t testing.TB) (string, error) {
 		t.Logf("pgtest: using PostgreSQL %s from $%s (%s)", version, EnvURL, redact(env))
 		return cluster.url, nil
 	}
-	srv, dir, err := startCluster(sharedSettings)
+	srv, dir, err := startCluster(sharedSettings, "")
 	if err != nil {
 		cluster.err = err
 		return "", err
@@ -152,7 +152,7 @@ func StartPrivate(t testing.TB, settings map[string]string) *pgembed.Server {
 	for k, v := range settings {
 		merged[k] = v
 	}
-	srv, dir, err := startCluster(merged)
+	srv, dir, err := startCluster(merged, "")
 	if err != nil {
 		t.Fatalf("pgtest: starting a private PostgreSQL: %v", err)
 	}
@@ -160,6 +160,35 @@ func StartPrivate(t testing.TB, settings map[string]string) *pgembed.Server {
 	t.Cleanup(func() {
 		if err := stopCluster(srv, dir); err != nil {
 			t.Errorf("pgtest: stopping the private PostgreSQL: %v", err)
+		}
+	})
+	return srv
+}
+
+// StartReplica starts a streaming replica of primary (a cluster of this
+// machine, such as StartPrivate's) in Child mode: pg_basebackup copies it
+// and the copy starts as a hot standby following it over streaming
+// replication. Its settings are StartPrivate's, overridden by settings. It
+// is stopped and its directory removed in t.Cleanup, before primary (a
+// cleanup registered later runs first).
+func StartReplica(t testing.TB, primary *pgembed.Server, settings map[string]string) *pgembed.Server {
+	t.Helper()
+	began := time.Now()
+	merged := make(map[string]string, len(privateSettings)+len(settings))
+	for k, v := range privateSettings {
+		merged[k] = v
+	}
+	for k, v := range settings {
+		merged[k] = v
+	}
+	srv, dir, err := startCluster(merged, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=pgtest_replica", primary.Port()))
+	if err != nil {
+		t.Fatalf("pgtest: starting a replica of 127.0.0.1:%d: %v", primary.Port(), err)
+	}
+	t.Logf("pgtest: replica of 127.0.0.1:%d on 127.0.0.1:%d (data %s) started in %s", primary.Port(), srv.Port(), srv.DataDir(), time.Since(began).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if err := stopCluster(srv, dir); err != nil {
+			t.Errorf("pgtest: stopping the replica: %v", err)
 		}
 	})
 	return srv
@@ -184,7 +213,9 @@ func Main(m *testing.M) {
 var sweepOnce sync.Once
 
 // startCluster starts a Child-mode cluster in a new temporary directory.
-func startCluster(settings map[string]string) (*pgembed.Server, string, error) {
+// standbyOf, when not empty, makes it a streaming replica of that server
+// (pgembed.Config.StandbyOf).
+func startCluster(settings map[string]string, standbyOf string) (*pgembed.Server, string, error) {
 	sweepOnce.Do(sweepStale)
 	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
@@ -204,8 +235,9 @@ func startCluster(settings map[string]string) (*pgembed.Server, string, error) {
 	defer cancel()
 	srv, err := pgembed.Start(ctx, pgembed.Config{
 		DataDir:  filepath.Join(dir, "data"),
-		Mode:     pgembed.Child,
-		Settings: settings,
+		Mode:      pgembed.Child,
+		Settings:  settings,
+		StandbyOf: standbyOf,
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)

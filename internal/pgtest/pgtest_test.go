@@ -360,3 +360,56 @@ func TestSweepStale(t *testing.T) {
 		}
 	}
 }
+
+// TestStartReplica: a replica started from a private primary follows it
+// (a row written on the primary is replayed), is read-only, and stops
+// replaying while paused.
+func TestStartReplica(t *testing.T) {
+	primary := StartPrivate(t, nil)
+	execSQL(t, primary.URL(), `CREATE TABLE marks (n int)`)
+	replica := StartReplica(t, primary, nil)
+	if !query[bool](t, replica.URL(), `SELECT pg_is_in_recovery()`) {
+		t.Fatal("the replica is not in recovery")
+	}
+	waitRows := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for query[int64](t, replica.URL(), `SELECT count(*) FROM marks`) != int64(want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the replica did not replay %d rows within 30s", want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	execSQL(t, primary.URL(), `INSERT INTO marks VALUES (1)`)
+	waitRows(1)
+
+	execSQL(t, replica.URL(), `SELECT pg_wal_replay_pause()`)
+	for !query[bool](t, replica.URL(), `SELECT pg_get_wal_replay_pause_state() = 'paused'`) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	execSQL(t, primary.URL(), `INSERT INTO marks VALUES (2)`)
+	// The primary flushed the row and the replica received it (streaming
+	// goes on while paused), but has not replayed it.
+	deadline := time.Now().Add(30 * time.Second)
+	for query[bool](t, replica.URL(), `SELECT pg_last_wal_receive_lsn() < `+"'"+query[string](t, primary.URL(), `SELECT pg_current_wal_lsn()::text`)+"'"+`::pg_lsn`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the paused replica did not receive the WAL within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := query[int64](t, replica.URL(), `SELECT count(*) FROM marks`); n != 1 {
+		t.Fatalf("the paused replica shows %d rows, want 1", n)
+	}
+	execSQL(t, replica.URL(), `SELECT pg_wal_replay_resume()`)
+	waitRows(2)
+
+	conn, err := pgx.Connect(context.Background(), replica.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `INSERT INTO marks VALUES (3)`); err == nil {
+		t.Fatal("the replica accepted a write")
+	}
+}
