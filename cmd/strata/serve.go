@@ -149,8 +149,9 @@ type app struct {
 	tracing    bool // an exporter is configured
 	workers    []worker
 	readiness  []readinessCheck
-	processes  []process.Spec // the process managers this process runs (projector role)
-	allSpecs   []process.Spec // every module's process managers, made once
+	readyInfo  []func(body map[string]any) // adds to /readyz's body (query replicas)
+	processes  []process.Spec              // the process managers this process runs (projector role)
+	allSpecs   []process.Spec              // every module's process managers, made once
 	specsMade  bool
 	wake       *projections.Signal // appends happened: wakes projection and process runners
 }
@@ -476,9 +477,12 @@ func (a *app) readyz(w http.ResponseWriter, r *http.Request) {
 			checks[c.name] = "ok"
 		}
 	}
-	body := map[string]any{"status": "ok", "checks": checks}
-	if len(a.pools.warnings) > 0 {
-		body["warnings"] = a.pools.warnings
+	body := map[string]any{"status": "ok", "checks": checks, "warnings": append([]string(nil), a.pools.warnings...)}
+	for _, add := range a.readyInfo {
+		add(body)
+	}
+	if len(body["warnings"].([]string)) == 0 {
+		delete(body, "warnings")
 	}
 	if !ok {
 		w.Header().Set("Retry-After", "2")

@@ -71,8 +71,16 @@ func wireQuery(a *app) error {
 		head = a.store.LastCommitted
 	}
 	models := readmodels.NewDB(a.appPool)
+	replicas, onRead, err := queryReplicas(a)
+	if err != nil {
+		return err
+	}
+	budget, err := a.env.duration("STRATA_QUERY_REPLICA_BUDGET", 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
 	api := queryapi.New(models, projections.NewConsistency(a.appPool, rs.progress), monitor,
-		queryapi.Config{Head: head, WaitSlot: a.waitSlot})
+		queryapi.Config{Head: head, WaitSlot: a.waitSlot, Replicas: replicas, ReplicaBudget: budget, OnRead: onRead})
 	api.RegisterAdmin(a.queryAPI)
 	api.Register(a.queryAPI, a.mods.Queries(models)...)
 	return nil

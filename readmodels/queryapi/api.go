@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/readmodels"
@@ -51,7 +52,34 @@ type Config struct {
 	// consistency token; its error (a 429) refuses the wait. strata serve
 	// bounds the waits of each tenant with it.
 	WaitSlot func(r *http.Request) (release func(), err error)
+	// Replicas, when set, serves the routes' reads from streaming replicas
+	// (replicas.go): a read without a consistency token from any usable
+	// replica, one with a token from a replica once it has replayed the
+	// token's checkpoint, else from the primary. The answer's ReadSourceHeader
+	// says which.
+	Replicas *ReplicaSet
+	// ReplicaBudget is how long a read with a consistency token waits for
+	// a replica to replay it before it falls back to the primary (default
+	// 500ms; the request's whole wait still bounds both).
+	ReplicaBudget time.Duration
+	// OnRead, if set, is told where each read was answered from: source
+	// "replica" or "primary", and why a read fell back to the primary ("":
+	// it did not; FallbackNoReplica, FallbackReplicaBehind,
+	// FallbackReplicaError).
+	OnRead func(source, fallback string)
 }
+
+// ReadSourceHeader says, when the query role has replicas, where a read was
+// answered from: "replica; name=<host:port>" or "primary", with
+// "; fallback=<reason>" when a replica was wanted and could not be used.
+const ReadSourceHeader = "X-Read-Source"
+
+// Why a read fell back from the replicas to the primary.
+const (
+	FallbackNoReplica     = "no_replica"     // none usable: unreachable, lagging beyond the maximum, or paused (for a token)
+	FallbackReplicaBehind = "replica_behind" // the replica had not replayed the token within the budget
+	FallbackReplicaError  = "replica_error"  // the replica failed during the wait or the read
+)
 
 // ConsistencyHeader carries the consistency token of a command response.
 const ConsistencyHeader = "X-Consistency-Token"
@@ -98,6 +126,9 @@ func New(models *readmodels.DB, wait Waiter, status StatusReader, cfg Config) *A
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 10 * time.Second
+	}
+	if cfg.ReplicaBudget <= 0 {
+		cfg.ReplicaBudget = 500 * time.Millisecond
 	}
 	return &API{models: models, wait: wait, status: status, cfg: cfg, head: headBound{read: cfg.Head}}
 }
@@ -214,10 +245,18 @@ func (a *API) Register(r *mux.Router, routes ...Route) {
 				httpapi.WriteError(w, r, err)
 				return
 			}
-			if !a.consistent(w, r, q, rt.Projections) {
+			src, ok := a.consistent(w, r, q, rt.Projections)
+			if !ok {
 				return
 			}
-			out, err := read(r.Context())
+			out, err := read(src.bind(r.Context()))
+			if err != nil && src.replica != nil && db.IsUnavailable(err) && r.Context().Err() == nil {
+				// The primary is at least as far as any of its replicas:
+				// what the replica was to answer, the primary can.
+				src = readSource{fallback: FallbackReplicaError}
+				out, err = read(r.Context())
+			}
+			a.answeredFrom(w, src)
 			if err != nil {
 				httpapi.WriteError(w, r, err)
 				return
@@ -255,31 +294,65 @@ func params(r *http.Request, allowed ...string) (url.Values, error) {
 	return q, nil
 }
 
+// readSource is where a request's read runs: a replica, or (nil) the
+// primary, and why not a replica when one was wanted.
+type readSource struct {
+	replica  *Replica
+	fallback string
+}
+
+func (s readSource) bind(ctx context.Context) context.Context {
+	if s.replica == nil {
+		return ctx
+	}
+	return readmodels.ReadFrom(ctx, s.replica.Pool())
+}
+
+// answeredFrom sets ReadSourceHeader and reports the read, when the API
+// has replicas.
+func (a *API) answeredFrom(w http.ResponseWriter, src readSource) {
+	if a.cfg.Replicas == nil {
+		return
+	}
+	v, source := "primary", "primary"
+	if src.replica != nil {
+		v, source = "replica; name="+src.replica.Name(), "replica"
+	}
+	if src.fallback != "" {
+		v += "; fallback=" + src.fallback
+	}
+	w.Header().Set(ReadSourceHeader, v)
+	if a.cfg.OnRead != nil {
+		a.cfg.OnRead(source, src.fallback)
+	}
+}
+
 // consistent waits, when the request carries a consistency token, until
-// every projection behind the route has applied it. It writes the error and
-// returns false when the request must not go on.
-func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, behind []string) bool {
+// every projection behind the route has applied it, on the replica the
+// read will run on or on the primary, and returns where the read runs. It
+// writes the error and returns false when the request must not go on.
+func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, behind []string) (readSource, bool) {
 	wait := a.cfg.DefaultWait
 	if v := q.Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > a.cfg.MaxWait {
 			httpapi.WriteError(w, r, badRequest(fmt.Sprintf("wait must be a duration such as 2s, above 0 and at most %s", a.cfg.MaxWait)))
-			return false
+			return readSource{}, false
 		}
 		wait = d
 	}
 	tokens := r.Header.Values(ConsistencyHeader)
 	if len(tokens) == 0 {
-		return true
+		return a.pick(false), true
 	}
 	if len(tokens) > 1 {
 		httpapi.WriteError(w, r, badRequest(ConsistencyHeader+" is given more than once"))
-		return false
+		return readSource{}, false
 	}
 	pos, err := event.ParseToken(tokens[0])
 	if err != nil {
 		httpapi.WriteError(w, r, badRequest(ConsistencyHeader+" must be the position returned by a command"))
-		return false
+		return readSource{}, false
 	}
 	arrived := time.Now()
 	// Only a wait that must block is checked: a token the projections have
@@ -299,17 +372,52 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, b
 		}
 		return nil, nil
 	}
+	src := a.pick(true)
+	if src.replica != nil {
+		err := src.replica.WaitGated(r.Context(), min(a.cfg.ReplicaBudget, wait), pos, gate, behind...)
+		var herr *httpapi.Error
+		switch {
+		case err == nil:
+			return src, true
+		case r.Context().Err() != nil:
+			httpapi.WriteError(w, r, err)
+			return readSource{}, false
+		case errors.As(err, &herr):
+			// The gate's answer (a forged token, no wait slot) holds
+			// whatever the source.
+			httpapi.WriteError(w, r, err)
+			return readSource{}, false
+		case errors.Is(err, context.DeadlineExceeded):
+			src = readSource{fallback: FallbackReplicaBehind}
+		default:
+			src = readSource{fallback: FallbackReplicaError}
+		}
+		// The primary gets what is left of the request's wait; at least
+		// one look, so a token the primary has applied is answered.
+		wait = max(wait-time.Since(arrived), time.Millisecond)
+	}
 	err = a.wait.WaitGated(r.Context(), wait, pos, gate, behind...)
 	switch {
 	case err == nil:
-		return true
+		return src, true
 	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 		httpapi.WriteError(w, r, &httpapi.Error{Status: http.StatusServiceUnavailable, Code: httpapi.CodeNotYetConsistent,
 			Message: "the read model has not caught up with the consistency token yet: retry", RetryAfter: time.Second})
 	default:
 		httpapi.WriteError(w, r, err)
 	}
-	return false
+	return readSource{}, false
+}
+
+// pick chooses the replica a read runs on (none without replicas).
+func (a *API) pick(token bool) readSource {
+	if a.cfg.Replicas == nil {
+		return readSource{}
+	}
+	if rep := a.cfg.Replicas.Pick(token); rep != nil {
+		return readSource{replica: rep}
+	}
+	return readSource{fallback: FallbackNoReplica}
 }
 
 type positionJSON = projections.PositionView
