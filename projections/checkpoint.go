@@ -92,6 +92,7 @@ type checkpointState struct {
 	pos           event.Position
 	generation    string
 	parkedStreams int64
+	status        State
 }
 
 // loadCheckpoint creates the projection's row if needed, marks it running
@@ -102,8 +103,10 @@ func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (checkpoin
 		return st, fmt.Errorf("create checkpoint of %s: %w", name, err)
 	}
 	var major, minor string
-	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status = 'error' THEN status ELSE 'running' END, updated_at = now()
-WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::text, parked_streams`, name).Scan(&major, &minor, &st.generation, &st.parkedStreams)
+	var status string
+	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status IN ('error', 'ahead_of_log') THEN status ELSE 'running' END, updated_at = now()
+WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::text, parked_streams, status`, name).Scan(&major, &minor, &st.generation, &st.parkedStreams, &status)
+	st.status = State(status)
 	if err != nil {
 		return st, fmt.Errorf("load checkpoint of %s: %w", name, err)
 	}

@@ -32,6 +32,10 @@ const (
 	StateStandby  State = "standby"  // another session holds the lease; retrying
 	StateError    State = "error"    // holds the lease, but the next batch fails; retried with backoff, never skipped
 	StatePaused   State = "paused"   // a tool (rebuild swap, dead-letter retry) holds the projection; resumes after it
+	// StateAheadOfLog: the checkpoint is beyond the end of the log (the
+	// read models were restored from a later point than the events); the
+	// runner applies nothing until a full rebuild replaces the checkpoint.
+	StateAheadOfLog State = "ahead_of_log"
 	StateStopped  State = "stopped"
 )
 
@@ -70,6 +74,8 @@ var ErrLeaseHeld = errors.New("the projection is run by another session")
 type Runner struct {
 	proj    Projection
 	log     eventstore.Log
+	// loadedStatus is the checkpoint row's status when the lease was taken.
+	loadedStatus State
 	locator eventstore.VersionLocator
 	pool    *pgxpool.Pool
 	cfg     RunnerConfig
@@ -255,6 +261,11 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 	} else if paused {
 		return errYield
 	}
+	if ahead, err := r.aheadOfLog(ctx); err != nil {
+		return err
+	} else if ahead != "" {
+		return r.refuseAhead(ctx, conn, ahead)
+	}
 	cp := r.checkpoint
 	r.mu.Lock()
 	r.status.State, r.status.Checkpoint = StateRunning, cp
@@ -380,6 +391,7 @@ func (r *Runner) begin(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	r.checkpoint, r.generation, r.parkedStreams = st.pos, st.generation, st.parkedStreams
+	r.loadedStatus = st.status
 	r.streams.reset()
 	r.ledger = NewLedgerBook(r.proj.Name(), r.generation)
 	r.catchingUp, r.pauseSeen = false, false

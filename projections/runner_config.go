@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,12 @@ type RunnerConfig struct {
 	// waits for nothing (the last batch started long ago); busy traffic
 	// waits at most Gather. Negative disables.
 	Gather time.Duration
+	// LogEnd returns the position of the newest event of the log, for the
+	// check that the checkpoint is not beyond it (runner_ahead.go). It must
+	// cover every committed append (postgres.Store.LastCommitted rather
+	// than Head, which stops below an older open transaction). Default:
+	// the log's Head.
+	LogEnd func(ctx context.Context) (event.Position, error)
 	// LeaseRetry is how often a standby runner tries to take the lease
 	// (default 3s).
 	LeaseRetry time.Duration

@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "STRATA_LOG_LEVEL of the strata processes")
 	soak := fs.Duration("soak", 0, "how long R18 (the soak) runs its open loop (default 3m; make soak: $SOAK, 30m); faults, sampling and the RSS criterion scale with it")
 	fs.StringVar(&cfg.DocsDir, "docs", "", "also write R18's plot and summary (soak.png, latest.md) into this directory (make soak: docs/soak)")
+	restoreEvents := fs.Int("restore-events", chaos.DefaultRestore().SeedEvents, "events seeded into RESTORE's log before the load, so that the restore is timed on a log of that size")
 	short := fs.Bool("short", false, "the small sizes of the test subset (R1 with two kill rounds; R11, R12 with 300 requests; a 7 s STARVE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -52,6 +53,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.Strata, cfg.PGPort, cfg.WorkDir, cfg.Keep, cfg.Discard, cfg.LogLevel = keep.Strata, keep.PGPort, keep.WorkDir, keep.Keep, keep.Discard, keep.LogLevel
 		cfg.DocsDir = keep.DocsDir
 	}
+	if cfg.Restore.Processes == 0 {
+		cfg.Restore = chaos.DefaultRestore()
+	}
+	cfg.Restore.SeedEvents = *restoreEvents
 	if *soak != 0 {
 		cfg.R18.Duration = *soak
 	}

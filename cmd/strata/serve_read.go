@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/internal/httpapi"
 
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/readmodels"
@@ -79,10 +84,80 @@ func wireQuery(a *app) error {
 	if err != nil {
 		return err
 	}
+	ahead := newAheadGuard(a)
 	api := queryapi.New(models, projections.NewConsistency(a.appPool, rs.progress), monitor,
-		queryapi.Config{Head: head, WaitSlot: a.waitSlot, Replicas: replicas, ReplicaBudget: budget, OnRead: onRead})
+		queryapi.Config{Head: head, WaitSlot: a.waitSlot, Replicas: replicas, ReplicaBudget: budget, OnRead: onRead, Refuse: ahead.refuse})
 	api.RegisterAdmin(a.queryAPI)
 	api.Register(a.queryAPI, a.mods.Queries(models)...)
+	return nil
+}
+
+// logEnd is the newest committed position of the event log: for
+// PostgreSQL LastCommitted (Head stops below an older open transaction),
+// for EventStoreDB its head.
+func (a *app) logEnd() func(ctx context.Context) (event.Position, error) {
+	if a.external {
+		return a.log.Head
+	}
+	return a.store.LastCommitted
+}
+
+// aheadGuard refuses the query routes over projections whose checkpoint
+// is beyond the end of the log (projections.StateAheadOfLog), as read from
+// the checkpoints every few seconds.
+type aheadGuard struct {
+	ahead atomic.Pointer[map[string]string] // projection -> why
+}
+
+func newAheadGuard(a *app) *aheadGuard {
+	g := &aheadGuard{}
+	g.ahead.Store(&map[string]string{})
+	end := a.logEnd()
+	refresh := func(ctx context.Context) {
+		cps, err := projections.ReadCheckpoints(ctx, a.appPool)
+		if err != nil {
+			return // keep the last answer through an outage
+		}
+		head, err := end(ctx)
+		if err != nil {
+			return
+		}
+		m := map[string]string{}
+		for name, cp := range cps {
+			// Found by a runner (and kept), or not yet: a query process
+			// started on a restored database refuses from its first look.
+			if cp.Status == projections.StateAheadOfLog || head.Less(cp.Position) {
+				m[name] = cp.LastError
+			}
+		}
+		g.ahead.Store(&m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	refresh(ctx)
+	cancel()
+	a.workers = append(a.workers, worker{name: "ahead-of-log guard", run: func(ctx context.Context) error {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			refresh(ctx)
+		}
+	}})
+	return g
+}
+
+func (g *aheadGuard) refuse(names []string) error {
+	m := *g.ahead.Load()
+	for _, n := range names {
+		if _, ok := m[n]; ok {
+			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: httpapi.CodeUnavailable, RetryAfter: 30 * time.Second,
+				Message: "the read model of projection " + n + " is ahead of the event store (restored from a later point than the events) and is not served until an operator rebuilds it"}
+		}
+	}
 	return nil
 }
 
@@ -110,6 +185,7 @@ func wireProjector(a *app) error {
 	shared := projections.NewSharedReads(a.log, a.registry, 0)
 	for _, p := range a.mods.Projections() {
 		r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
+			LogEnd:       a.logEnd(),
 			BatchSize:    batch,
 			PollInterval: poll,
 			Wake:         wake.C,
@@ -137,14 +213,25 @@ func wireProjector(a *app) error {
 	// and retrying a failing event (queries still answer, from the last
 	// applied position; the admin route shows the error).
 	a.readiness = append(a.readiness, readinessCheck{"projections", func(ctx context.Context) error {
-		var waiting []string
+		var waiting, ahead []string
 		for _, r := range runners {
-			if s := r.Status().State; s == projections.StateStarting || s == projections.StateStopped {
+			switch s := r.Status().State; s {
+			case projections.StateStarting, projections.StateStopped:
 				waiting = append(waiting, r.Name()+" "+string(s))
+			case projections.StateAheadOfLog:
+				ahead = append(ahead, r.Name())
 			}
 		}
+		var problems []string
 		if len(waiting) > 0 {
-			return errors.New("projection runners not connected: " + strings.Join(waiting, ", "))
+			problems = append(problems, "projection runners not connected: "+strings.Join(waiting, ", "))
+		}
+		if len(ahead) > 0 {
+			problems = append(problems, "checkpoints beyond the end of the event log (read models restored from a later point than the events): "+
+				strings.Join(ahead, ", ")+"; rebuild them (`strata replay rebuild P`)")
+		}
+		if len(problems) > 0 {
+			return errors.New(strings.Join(problems, "; "))
 		}
 		return nil
 	}})

@@ -259,3 +259,52 @@ func (s *Server) baseBackup(ctx context.Context, dir string) error {
 	s.cfg.Logf("pgembed: base backup done in %s", time.Since(began).Round(time.Millisecond))
 	return nil
 }
+
+// BaseBackup copies this running server into dir (absent or empty) with
+// pg_basebackup, the WAL written during the copy included, for a
+// point-in-time restore from it and an archive of later WAL
+// (Config.RecoverFrom).
+func (s *Server) BaseBackup(ctx context.Context, dir string) error {
+	if err := s.mkdirAllParents(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := s.mkdirOwned(dir); err != nil {
+			return err
+		}
+	}
+	cmd := exec.CommandContext(ctx, s.bin.path("pg_basebackup"),
+		fmt.Sprintf("--dbname=host=127.0.0.1 port=%d user=%s", s.Port(), superuser), "--pgdata="+dir,
+		"--wal-method=stream", "--checkpoint=fast")
+	cmd.Env = serverEnv()
+	s.owner.apply(cmd)
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pgembed: pg_basebackup: %v\n%s", err, lastLines(string(out), 20))
+	}
+	return nil
+}
+
+// recoveryCopy fills dir with a copy of the base backup Config.RecoverFrom
+// and the recovery.signal that starts it in targeted recovery.
+func (s *Server) recoveryCopy(ctx context.Context, dir string) error {
+	if _, err := os.Stat(filepath.Join(s.cfg.RecoverFrom, "PG_VERSION")); err != nil {
+		return fmt.Errorf("pgembed: %s is not a base backup (no PG_VERSION): %w", s.cfg.RecoverFrom, err)
+	}
+	began := time.Now()
+	if err := copyTree(ctx, s.cfg.RecoverFrom, dir); err != nil {
+		return fmt.Errorf("pgembed: copying the base backup: %w", err)
+	}
+	_ = os.Remove(filepath.Join(dir, logName))
+	signal := filepath.Join(dir, "recovery.signal")
+	if err := os.WriteFile(signal, nil, 0o600); err != nil {
+		return fmt.Errorf("pgembed: %w", err)
+	}
+	if s.owner != nil {
+		if err := os.Chown(signal, s.owner.uid, s.owner.gid); err != nil {
+			return fmt.Errorf("pgembed: %w", err)
+		}
+	}
+	s.cfg.Logf("pgembed: copied the base backup %s in %s; starting in recovery", s.cfg.RecoverFrom, time.Since(began).Round(time.Millisecond))
+	return nil
+}

@@ -101,6 +101,11 @@ type Config struct {
 	// and records it in primary_conninfo, so the server starts as a hot
 	// standby. Ignored when DataDir already holds a cluster.
 	StandbyOf string
+	// RecoverFrom, when set, makes a new cluster a copy of this base backup
+	// (a directory written by Server.BaseBackup) started in targeted
+	// recovery (recovery.signal): Settings give its restore_command and
+	// recovery_target_*. Ignored when DataDir already holds a cluster.
+	RecoverFrom string
 }
 
 const (
@@ -484,8 +489,11 @@ func (s *Server) ensureCluster(ctx context.Context) error {
 		return err
 	}
 	initialise := s.initCluster
-	if s.cfg.StandbyOf != "" {
+	switch {
+	case s.cfg.StandbyOf != "":
 		initialise = s.baseBackup
+	case s.cfg.RecoverFrom != "":
+		initialise = s.recoveryCopy
 	}
 	if err := initialise(ctx, staging); err != nil {
 		_ = os.RemoveAll(staging)

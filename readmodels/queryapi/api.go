@@ -52,6 +52,11 @@ type Config struct {
 	// consistency token; its error (a 429) refuses the wait. strata serve
 	// bounds the waits of each tenant with it.
 	WaitSlot func(r *http.Request) (release func(), err error)
+	// Refuse, when set, is asked before a route's read whether its
+	// projections may be read at all; its error (a 503) is the answer.
+	// strata serve refuses projections whose checkpoint is beyond the end
+	// of the event log (projections.StateAheadOfLog).
+	Refuse func(projections []string) error
 	// Replicas, when set, serves the routes' reads from streaming replicas
 	// (replicas.go): a read without a consistency token from any usable
 	// replica, one with a token from a replica once it has replayed the
@@ -244,6 +249,12 @@ func (a *API) Register(r *mux.Router, routes ...Route) {
 			if err != nil {
 				httpapi.WriteError(w, r, err)
 				return
+			}
+			if a.cfg.Refuse != nil {
+				if err := a.cfg.Refuse(rt.Projections); err != nil {
+					httpapi.WriteError(w, r, err)
+					return
+				}
 			}
 			src, ok := a.consistent(w, r, q, rt.Projections)
 			if !ok {

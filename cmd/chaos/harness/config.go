@@ -26,7 +26,7 @@ const (
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, R18}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Restore, R18}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -234,16 +234,17 @@ type Config struct {
 	// (make soak: docs/soak).
 	DocsDir string
 
-	R1     R1Config
-	R2     R2Config
-	R5     R5Config
-	R11    R11Config
-	R12    R12Config
-	R14    R14Config
-	R15    R15Config
-	Starve StarveConfig
-	R18    R18Config
-	PM1    PM1Config // zero: DefaultPM1()
+	R1      R1Config
+	R2      R2Config
+	R5      R5Config
+	R11     R11Config
+	R12     R12Config
+	R14     R14Config
+	R15     R15Config
+	Starve  StarveConfig
+	R18     R18Config
+	PM1     PM1Config     // zero: DefaultPM1()
+	Restore RestoreConfig // zero: DefaultRestore()
 }
 
 // Full returns the configuration of `make chaos`: the sizes of the
