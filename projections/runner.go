@@ -36,7 +36,7 @@ const (
 	// read models were restored from a later point than the events); the
 	// runner applies nothing until a full rebuild replaces the checkpoint.
 	StateAheadOfLog State = "ahead_of_log"
-	StateStopped  State = "stopped"
+	StateStopped    State = "stopped"
 )
 
 // RunnerStatus is a runner's view of itself.
@@ -72,14 +72,14 @@ var ErrLeaseHeld = errors.New("the projection is run by another session")
 // Runner applies the global log to one projection. Run and CatchUp must
 // not be called concurrently on one Runner; Status may be called anytime.
 type Runner struct {
-	proj    Projection
-	log     eventstore.Log
+	proj Projection
+	log  eventstore.Log
 	// loadedStatus is the checkpoint row's status when the lease was taken.
 	loadedStatus State
-	locator eventstore.VersionLocator
-	pool    *pgxpool.Pool
-	cfg     RunnerConfig
-	logger  *slog.Logger
+	locator      eventstore.VersionLocator
+	pool         *pgxpool.Pool
+	cfg          RunnerConfig
+	logger       *slog.Logger
 
 	mu     sync.Mutex
 	status RunnerStatus

@@ -234,7 +234,7 @@ func startCluster(settings map[string]string, standbyOf string) (*pgembed.Server
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	srv, err := pgembed.Start(ctx, pgembed.Config{
-		DataDir:  filepath.Join(dir, "data"),
+		DataDir:   filepath.Join(dir, "data"),
 		Mode:      pgembed.Child,
 		Settings:  settings,
 		StandbyOf: standbyOf,

@@ -49,7 +49,9 @@ func TestPickSkipsUnusable(t *testing.T) {
 	if r := s.Pick(false); r != nil {
 		t.Fatalf("picked %s before any sample", r.Name())
 	}
-	set := func(i int, state string) { s.replicas[i].last.Store(&ReplicaSample{Name: s.replicas[i].name, State: state}) }
+	set := func(i int, state string) {
+		s.replicas[i].last.Store(&ReplicaSample{Name: s.replicas[i].name, State: state})
+	}
 	set(0, StateLagging)
 	set(1, StateStreaming)
 	set(2, StatePaused)
