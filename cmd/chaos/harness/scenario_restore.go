@@ -45,13 +45,14 @@ type RestoreConfig struct {
 	CatchUp time.Duration
 }
 
-// DefaultRestore is RESTORE's size in `make chaos`: a million events.
+// DefaultRestore is RESTORE's size in `make chaos`: 200,000 seeded events
+// (docs/operations.md reports the run with --restore-events 1000000).
 func DefaultRestore() RestoreConfig {
 	return RestoreConfig{
 		Load: LoadConfig{Clients: 4, Commands: 300, Tenants: 3, Streams: 24,
 			Pace: 30 * time.Second, MaxDuration: 90 * time.Second,
 			RequestTimeout: 10 * time.Second, RetryFor: 30 * time.Second},
-		Processes: 2, SeedEvents: 1_000_000, BackupAt: 0.2, TargetAt: 0.6,
+		Processes: 2, SeedEvents: 200_000, BackupAt: 0.2, TargetAt: 0.6,
 		ArchiveTimeout: 5 * time.Second, CatchUp: 30 * time.Second,
 	}
 }
@@ -283,9 +284,12 @@ func (e *env) runRestore(ctx context.Context, r *Result) error {
 		r.note("projections not at the restored head %s: %s", head, behind)
 	}
 	r.within("restored system's projections at the restored head after strata starts", cfg.CatchUp, max(at.Sub(started), 0), ok)
-	rto := max(at.Sub(restoreBegan), 0)
-	r.note("RTO %s for a log of %d events: copy of the base backup and recovery to the target %s, strata ready with its projections at the head %s (base backup taken under load in %s)",
-		rto.Round(10*time.Millisecond), len(events), recovered.Round(10*time.Millisecond), max(at.Sub(started), 0).Round(10*time.Millisecond), backupTook.Round(10*time.Millisecond))
+	// The RTO leaves out the harness's own checks between the recovery and
+	// strata's start (reading the whole restored log).
+	serving := max(at.Sub(started), 0)
+	rto := recovered + serving
+	r.note("RTO %s for a log of %d events: copy of the base backup and recovery to the target %s, then strata started, ready, projections at the head %s (the base backup itself was taken under load in %s)",
+		rto.Round(10*time.Millisecond), len(events), recovered.Round(10*time.Millisecond), serving.Round(10*time.Millisecond), backupTook.Round(10*time.Millisecond))
 	r.note("RPO at the named target: %d commands acknowledged before it, all restored; after an unplanned loss of the primary, at most archive_timeout=%s of commits (the segment not yet archived)",
 		v.before, cfg.ArchiveTimeout)
 	sup.Stop(25 * time.Second)
