@@ -82,8 +82,8 @@ func (s *Service) Export(ctx context.Context, tenant domain.TenantID, w io.Write
 func (s *Service) stage(ctx context.Context, tenant domain.TenantID, dir string) (Manifest, error) {
 	m := Manifest{Format: Format, FormatVersion: FormatVersion, Tenant: tenant, Files: map[string]FileEntry{},
 		Export: ExportInfo{CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}}
-	ordinals := map[int64]int64{}    // position -> ordinal
-	byEventID := map[string]int64{}  // event_id -> ordinal
+	ordinals := map[int64]int64{}   // position -> ordinal
+	byEventID := map[string]int64{} // event_id -> ordinal
 	var head position
 	var events int64
 	// The log and the idempotency records, in one snapshot, as strata_app.
