@@ -186,6 +186,23 @@ func portabilityConfig() portability.Config {
 	return cfg
 }
 
+// exportJobs runs the platform API's export jobs in serve (nil without the
+// owner connection: the routes answer 503 there, and with an EventStoreDB
+// log, which the export does not read).
+func exportJobs(ctx context.Context, a *app, store *tenancy.Store) *portability.Jobs {
+	if store == nil || a.pools.owner == nil || a.projPool == nil || a.external {
+		return nil
+	}
+	cfg := portabilityConfig()
+	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor = a.appPool, a.projPool, a.pools.owner, "serve"
+	svc, err := portability.New(cfg)
+	if err != nil {
+		a.logger.Warn("tenant exports are off", "error", err.Error())
+		return nil
+	}
+	return portability.NewJobs(ctx, svc, a.logger)
+}
+
 // openPortability connects as `strata replay` does: the owner connection
 // (DATABASE_URL or the embedded PostgreSQL) for the directory and the
 // audit, and pools as strata_app and strata_projector (the serving logins'
@@ -198,6 +215,10 @@ func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
+		stopDB()
+		return nil, nil, errors.New("export and import read and write the PostgreSQL log; STRATA_EVENT_STORE names another store")
 	}
 	var pools []*pgxpool.Pool
 	closeAll := func() {

@@ -50,6 +50,15 @@ func readArchive(t *testing.T, path string) map[string][]byte {
 	}
 }
 
+// waitServed waits for the provision's push to reach the server.
+func waitServed(t *testing.T, base, tenant string) {
+	t.Helper()
+	waitUntil(t, 5*time.Second, func() bool {
+		status, _, _ := apiCall(t, nil, base, tenantToken(t, tenant), http.MethodGet, "/v1/orders", "")
+		return status == http.StatusOK
+	}, "the server serves the provisioned tenant "+tenant)
+}
+
 // TestTenantExportImportRoundTrip: a tenant with orders, stock, a
 // fulfilment row (whose last_position is a source log position) and
 // idempotency records is exported from one database while another
@@ -68,6 +77,8 @@ func TestTenantExportImportRoundTrip(t *testing.T) {
 	waitReady(t, base1)
 	provisionOver(t, base1, "acme")
 	provisionOver(t, base1, "beta")
+	waitServed(t, base1, "acme")
+	waitServed(t, base1, "beta")
 
 	call := func(tenant, method, path, body string, header ...string) {
 		t.Helper()
@@ -225,5 +236,105 @@ func TestTenantExportImportRoundTrip(t *testing.T) {
 	// An erased or unknown tenant cannot be exported.
 	if code, _, stderr := cli(vars1, "export", "nobody", "--out", filepath.Join(dir, "x.tar.gz")); code != exitFailure || !strings.Contains(stderr, "no tenant") {
 		t.Errorf("export of an unknown tenant: %d %s", code, stderr)
+	}
+}
+
+// TestTenantExportJobOverHTTP: an export job started on one serving
+// process is answered, status and archive, by another on the same
+// database (the job's state and archive are in the database); the archive
+// is the CLI's (same manifest content); a tenant's own admin cannot start
+// one; unknown jobs and tenants are 404.
+func TestTenantExportJobOverHTTP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := pgtest.NewDatabase(t)
+	vars := directoryVars(t, url)
+	baseA, _, stopA := startServe(t, vars)
+	defer stopA()
+	waitReady(t, baseA)
+	baseB, _, stopB := startServe(t, directoryVars(t, url), "--roles", "command,query")
+	defer stopB()
+	waitReady(t, baseB)
+	watchOpenAPI(t, baseA)
+	watchOpenAPI(t, baseB)
+	provisionOver(t, baseA, "acme")
+	waitServed(t, baseA, "acme")
+	for _, id := range []string{"o-1", "o-2"} {
+		if status, raw, _ := apiCall(t, nil, baseA, tenantToken(t, "acme"), "POST", "/v1/orders", `{"order_id":"`+id+`","customer_id":"c-1","currency":"EUR"}`); status != 201 {
+			t.Fatalf("create %s: %d %s", id, status, raw)
+		}
+	}
+
+	if status, raw, _ := apiCall(t, nil, baseA, tenantToken(t, "acme", "admin"), "POST", "/v1/platform/tenants/acme/exports", ""); status != 403 {
+		t.Errorf("a tenant admin started an export: %d %s", status, raw)
+	}
+	if status, raw := platformCall(t, baseA, "POST", "/v1/platform/tenants/nobody/exports", ""); status != 404 || errorCode(raw) != "not_found" {
+		t.Errorf("export of an unknown tenant: %d %s", status, raw)
+	}
+	status, raw, hdr := apiCall(t, nil, baseA, tenantToken(t, "ops", "platform"), "POST", "/v1/platform/tenants/acme/exports", "")
+	if status != 202 {
+		t.Fatalf("start: %d %s", status, raw)
+	}
+	var job portability.Job
+	if err := json.Unmarshal(raw, &job); err != nil || job.ID == "" || hdr.Get("Location") != "/v1/platform/tenants/acme/exports/"+job.ID {
+		t.Fatalf("start: %v %s (Location %q)", err, raw, hdr.Get("Location"))
+	}
+	// B never ran the job: it answers from the database.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, raw = platformCall(t, baseB, "GET", "/v1/platform/tenants/acme/exports/"+job.ID, "")
+		if status != 200 {
+			t.Fatalf("status on B: %d %s", status, raw)
+		}
+		if err := json.Unmarshal(raw, &job); err != nil {
+			t.Fatal(err)
+		}
+		if job.Status != portability.JobRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job still runs after 30s: %s", raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if job.Status != portability.JobDone || job.Manifest == nil || job.Manifest.Files["events.jsonl"].Count != 2 || job.Bytes == 0 {
+		t.Fatalf("job: %s", raw)
+	}
+	status, archive, hdr := apiCall(t, nil, baseB, tenantToken(t, "ops", "platform"), "GET", "/v1/platform/tenants/acme/exports/"+job.ID+"/archive", "")
+	if status != 200 || hdr.Get("Content-Type") != "application/gzip" || int64(len(archive)) != job.Bytes {
+		t.Fatalf("archive on B: %d %s, %d bytes, want %d", status, hdr.Get("Content-Type"), len(archive), job.Bytes)
+	}
+	path := filepath.Join(t.TempDir(), "job.tar.gz")
+	if err := os.WriteFile(path, archive, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var inArchive portability.Manifest
+	if err := json.Unmarshal(readArchive(t, path)["manifest.json"], &inArchive); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(inArchive.Content(), job.Manifest.Content()) {
+		t.Errorf("the archive's manifest is not the job's:\n%s\n%s", inArchive.Content(), job.Manifest.Content())
+	}
+	// The CLI's export of the same data has the same content.
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"tenants", "export", "acme", "--out", filepath.Join(t.TempDir(), "cli.tar.gz"), "--json"}, testEnv(vars), &out, &errb); code != exitOK {
+		t.Fatalf("CLI export: %s", errb.String())
+	}
+	var cli portability.Manifest
+	if err := json.Unmarshal(out.Bytes(), &cli); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(cli.Content(), job.Manifest.Content()) {
+		t.Errorf("CLI and job manifests differ:\n%s\n%s", cli.Content(), job.Manifest.Content())
+	}
+	for _, path := range []string{"/v1/platform/tenants/acme/exports/00000000-0000-0000-0000-000000000000", "/v1/platform/tenants/acme/exports/not-a-uuid/archive"} {
+		if status, raw := platformCall(t, baseB, "GET", path, ""); status != 404 || errorCode(raw) != "not_found" {
+			t.Errorf("GET %s: %d %s", path, status, raw)
+		}
+	}
+	// Another tenant's path does not reach acme's job.
+	provisionOver(t, baseA, "beta")
+	if status, raw := platformCall(t, baseB, "GET", "/v1/platform/tenants/beta/exports/"+job.ID, ""); status != 404 {
+		t.Errorf("acme's job under beta: %d %s", status, raw)
 	}
 }

@@ -72,10 +72,10 @@ type Config struct {
 
 // Progress is a report of long work.
 type Progress struct {
-	Phase string // "events", "idempotency", "readmodels", "dead_letters", "catch-up", "verify"
-	File  string
-	Rows  int64
-	Total int64 // 0 when unknown
+	Phase string `json:"phase"` // "events", "idempotency", "readmodels", "dead_letters", "catch-up", "verify" ("done" for a job)
+	File  string `json:"file,omitempty"`
+	Rows  int64  `json:"rows"`
+	Total int64  `json:"total,omitempty"` // 0 when unknown
 }
 
 // Service exports and imports tenants.
