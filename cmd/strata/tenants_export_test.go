@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/tenancy/portability"
 )
@@ -331,6 +333,30 @@ func TestTenantExportJobOverHTTP(t *testing.T) {
 		if status, raw := platformCall(t, baseB, "GET", path, ""); status != 404 || errorCode(raw) != "not_found" {
 			t.Errorf("GET %s: %d %s", path, status, raw)
 		}
+	}
+	// A job still running (a row as the running process leaves it) has no
+	// archive yet; one whose process stopped beating shows as failed.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const running, stale = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+	if _, err := conn.Exec(ctx, `INSERT INTO strata.tenant_exports (id, tenant, requested_by, heartbeat_at) VALUES ($1, 'acme', 'test', now()),
+($2, 'acme', 'test', now() - interval '1 minute')`, running, stale); err != nil {
+		t.Fatal(err)
+	}
+	if status, raw := platformCall(t, baseB, "GET", "/v1/platform/tenants/acme/exports/"+running+"/archive", ""); status != 422 || !strings.Contains(string(raw), "is running") {
+		t.Errorf("archive of a running job: %d %s", status, raw)
+	}
+	status, raw = platformCall(t, baseB, "GET", "/v1/platform/tenants/acme/exports/"+stale, "")
+	if err := json.Unmarshal(raw, &job); err != nil || status != 200 || job.Status != portability.JobFailed || !strings.Contains(job.Error, "stopped") {
+		t.Errorf("a job without heartbeat: %d %s", status, raw)
+	}
+	var audited int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.tenant_audit WHERE tenant = 'acme' AND action IN ('export_start', 'export', 'export_show', 'export_download')
+AND subject LIKE 'api:%'`).Scan(&audited); err != nil || audited < 4 {
+		t.Errorf("audited platform export calls: %d %v", audited, err)
 	}
 	// Another tenant's path does not reach acme's job.
 	provisionOver(t, baseA, "beta")

@@ -49,6 +49,10 @@ func (a *API) exportStart(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := a.exports.Audit(r.Context(), actor.Subject, "export_start", id, nil); err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
 	job, err := a.exports.Start(r.Context(), actor.Subject, id)
 	if err != nil {
 		httpapi.WriteError(w, r, err)
