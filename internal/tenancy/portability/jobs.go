@@ -191,6 +191,9 @@ func clientMessage(err error) string {
 			return msg
 		}
 	}
+	if errors.Is(err, context.Canceled) {
+		return "the process running the export stopped; start another"
+	}
 	if errors.Is(err, ErrNotCaughtUp) {
 		return "the projections did not reach the tenant's last event in time: is a projector running?"
 	}
