@@ -34,7 +34,11 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	// The tenant directory (migration 008) is the control plane: every
 	// serving process reads every tenant's status and quotas (a column
 	// grant, not RLS, confines it); only the owner writes; see docs/tenants.md.
-	"tenants", "tenant_audit", "engine_settings"}
+	"tenants", "tenant_audit", "engine_settings",
+	// Export jobs of the platform API (migration 010) are control plane
+	// too: owner-only, no grant to a serving role; they name the tenant in
+	// `tenant` as tenant_audit does (docs/tenants.md, "Export and import").
+	"tenant_exports", "tenant_export_chunks"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).

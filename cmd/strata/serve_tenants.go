@@ -89,7 +89,7 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 		}
 	}
 	if roles[roleQuery] {
-		platformapi.New(store).Register(a.api)
+		platformapi.New(store).WithExports(exportJobs(ctx, a, store)).Register(a.api)
 	}
 	if devSecret && loadErr == nil {
 		if err := provisionDevTenant(ctx, a, dir, store); err != nil {

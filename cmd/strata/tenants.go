@@ -30,6 +30,8 @@ Usage:
   strata tenants suspend T --reason "..." [--json]               stop serving T (403 tenant_suspended); data kept
   strata tenants resume T --reason "..." [--json]                serve T again
   strata tenants quotas T k=v ... [--json]                       set T's quotas (k= removes one): ` + "rate_commands, rate_queries, in_flight_commands, in_flight_queries, in_flight_waits" + `
+  strata tenants export T [--out FILE] [--json]                  write T's archive (events, read models, dead letters, idempotency records)
+  strata tenants import FILE [--tenant T] [--wait 2m] [--json]   load an archive into an empty tenant
 
 Every call is recorded in tenant_audit as cli:<os user>.
 `
@@ -43,6 +45,9 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	if sub == "help" || sub == "-h" || sub == "--help" {
 		fmt.Fprint(stdout, tenantsUsage)
 		return exitOK
+	}
+	if sub == "export" || sub == "import" {
+		return cmdTenantsPortability(ctx, sub, args[1:], e, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("tenants "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)

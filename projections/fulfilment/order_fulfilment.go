@@ -134,6 +134,12 @@ func (p *OrderFulfilment) EventTypes() []string {
 // Tables implements projections.Projection.
 func (p *OrderFulfilment) Tables() []string { return []string{p.tables.OrderFulfilment} }
 
+// PositionColumns names the columns that hold a log position (the events
+// table's row identity), which belong to the database the log is in: a
+// tenant's export carries the event's ordinal instead
+// (internal/tenancy/portability).
+func (p *OrderFulfilment) PositionColumns() []string { return []string{"last_position"} }
+
 // Apply implements projections.Projection.
 func (p *OrderFulfilment) Apply(b *pgx.Batch, ev projections.Event) error {
 	pos := int64(ev.Position.Minor)

@@ -11,6 +11,7 @@ import (
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/internal/tenancy"
+	"github.com/strata-es/strata/internal/tenancy/portability"
 )
 
 // Route names (metrics, logs, the OpenAPI document's operationIds).
@@ -26,7 +27,8 @@ const (
 // API serves the routes on a Store. A nil Store (a process without the
 // owner connection) answers 503 with what to set.
 type API struct {
-	store *tenancy.Store
+	store   *tenancy.Store
+	exports *portability.Jobs // exports.go
 }
 
 // New returns the API.
@@ -42,6 +44,7 @@ func (a *API) Register(r *mux.Router) {
 	s.HandleFunc("/v1/platform/tenants/{id}/suspend", a.suspend).Methods(http.MethodPost).Name(RouteSuspend)
 	s.HandleFunc("/v1/platform/tenants/{id}/resume", a.resume).Methods(http.MethodPost).Name(RouteResume)
 	s.HandleFunc("/v1/platform/tenants/{id}/quotas", a.quotas).Methods(http.MethodPut).Name(RouteQuotas)
+	a.registerExports(s)
 }
 
 // TenantView is a tenant as the API and `strata tenants --json` show it.

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/tenancy"
+	"github.com/strata-es/strata/internal/tenancy/portability"
+)
+
+const tenantsPortabilityUsage = `Usage:
+  strata tenants export T [--out FILE] [--catch-up 2m] [--json]   write T's archive (default FILE: T-<time>.strata.tar.gz; - for stdout)
+  strata tenants import FILE [--tenant T] [--wait 2m] [--json]    load an archive into an empty tenant (provisioned if missing);
+                                                                   --wait: wait for the projections and compare the read models (0: don't)
+`
+
+// cmdTenantsPortability is `strata tenants export|import` (docs/tenants.md,
+// "Export and import").
+func cmdTenantsPortability(ctx context.Context, sub string, args []string, e env, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tenants "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the manifest (export) or the result (import) as JSON")
+	out := fs.String("out", "", "archive file (export)")
+	catchUp := fs.Duration("catch-up", 2*time.Minute, "how long an export waits for the projections to reach the tenant's last event")
+	into := fs.String("tenant", "", "tenant to import into (default: the archive's)")
+	wait := fs.Duration("wait", 2*time.Minute, "how long an import waits for the projections to catch up before comparing read models (0: return after the load)")
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	bad := func(msg string) int {
+		fmt.Fprintf(stderr, "strata tenants %s: %s\n\n%s", sub, msg, tenantsPortabilityUsage)
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		if sub == "export" {
+			return bad("needs one tenant ID")
+		}
+		return bad("needs one archive file")
+	}
+	svc, closeAll, err := openPortability(ctx, e, stderr, *catchUp)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata tenants:", err)
+		return exitFailure
+	}
+	defer closeAll()
+	switch sub {
+	case "export":
+		tenant, err := domain.ParseTenantID(pos[0])
+		if err != nil {
+			return bad("the tenant ID must match [a-z0-9-]{1,63}")
+		}
+		return tenantsExport(ctx, svc, tenant, *out, *asJSON, stdout, stderr)
+	default:
+		var t domain.TenantID
+		if *into != "" {
+			if t, err = domain.ParseTenantID(*into); err != nil {
+				return bad("--tenant must match [a-z0-9-]{1,63}")
+			}
+		}
+		return tenantsImport(ctx, svc, pos[0], t, *wait, *asJSON, stdout, stderr)
+	}
+}
+
+func tenantsExport(ctx context.Context, svc *portability.Service, tenant domain.TenantID, out string, asJSON bool, stdout, stderr io.Writer) int {
+	if out == "" {
+		out = string(tenant) + "-" + time.Now().UTC().Format("20060102T150405Z") + ".strata.tar.gz"
+	}
+	var w io.Writer = stdout
+	var tmp *os.File
+	if out != "-" {
+		var err error
+		if tmp, err = os.CreateTemp(filepath.Dir(out), ".strata-export-*"); err != nil {
+			return tenantsFailed(stderr, err)
+		}
+		defer os.Remove(tmp.Name())
+		w = tmp
+	}
+	m, err := svc.Export(ctx, tenant, w)
+	if err == nil && tmp != nil {
+		if err = tmp.Close(); err == nil {
+			err = os.Rename(tmp.Name(), out)
+		}
+	}
+	if err != nil {
+		if tmp != nil {
+			tmp.Close()
+		}
+		return tenantsFailed(stderr, err)
+	}
+	if asJSON && out != "-" {
+		return printJSON(stdout, m)
+	}
+	if out != "-" {
+		fmt.Fprintf(stdout, "exported %s to %s\n", tenant, out)
+		printFiles(stdout, m)
+		if !m.Export.Quiescent {
+			fmt.Fprintln(stdout, "note: the tenant was written to during the export; suspend it first for an archive whose read models match its events exactly")
+		}
+	}
+	return exitOK
+}
+
+func tenantsImport(ctx context.Context, svc *portability.Service, file string, tenant domain.TenantID, wait time.Duration, asJSON bool, stdout, stderr io.Writer) int {
+	f, err := os.Open(file)
+	if err != nil {
+		return tenantsFailed(stderr, err)
+	}
+	defer f.Close()
+	res, err := svc.Import(ctx, f, portability.ImportOptions{Tenant: tenant, Wait: wait})
+	if asJSON && (err == nil || res.Events > 0) {
+		printJSON(stdout, res)
+	}
+	if err != nil {
+		return tenantsFailed(stderr, err)
+	}
+	if !asJSON {
+		fmt.Fprintf(stdout, "imported %s (archive of %s): %d events, %d idempotency records; %d dead letters kept in the archive, not restored\n",
+			res.Tenant, res.From, res.Events, res.Idempotency, res.DeadLetters)
+		if res.Provisioned {
+			fmt.Fprintf(stdout, "provisioned %s\n", res.Tenant)
+		}
+		tables := make([]string, 0, len(res.ReadModels))
+		for t := range res.ReadModels {
+			tables = append(tables, t)
+		}
+		sort.Strings(tables)
+		for _, t := range tables {
+			fmt.Fprintf(stdout, "  %-28s %s\n", t, res.ReadModels[t])
+		}
+	}
+	return exitOK
+}
+
+func printFiles(w io.Writer, m portability.Manifest) {
+	names := make([]string, 0, len(m.Files))
+	for n := range m.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-40s %8d  %s\n", n, m.Files[n].Count, m.Files[n].SHA256)
+	}
+}
+
+// portabilityConfig is what cmd/strata knows of the modules: every
+// projection's tables and the columns among them that hold log positions.
+func portabilityConfig() portability.Config {
+	var cfg portability.Config
+	seen := map[string]bool{}
+	for _, p := range modules.All().Projections() {
+		cfg.Projections = append(cfg.Projections, p.Name())
+		var posCols []string
+		if pc, ok := p.(portability.PositionColumnser); ok {
+			posCols = pc.PositionColumns()
+		}
+		for _, t := range p.Tables() {
+			if seen[t] {
+				continue
+			}
+			seen[t] = true
+			cfg.Tables = append(cfg.Tables, portability.Table{Name: t, PositionColumns: posCols})
+		}
+	}
+	return cfg
+}
+
+// exportJobs runs the platform API's export jobs in serve (nil without the
+// owner connection: the routes answer 503 there, and with an EventStoreDB
+// log, which the export does not read).
+func exportJobs(ctx context.Context, a *app, store *tenancy.Store) *portability.Jobs {
+	if store == nil || a.pools.owner == nil || a.projPool == nil || a.external {
+		return nil
+	}
+	cfg := portabilityConfig()
+	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor = a.appPool, a.projPool, a.pools.owner, "serve"
+	svc, err := portability.New(cfg)
+	if err != nil {
+		a.logger.Warn("tenant exports are off", "error", err.Error())
+		return nil
+	}
+	return portability.NewJobs(ctx, svc, a.logger)
+}
+
+// openPortability connects as `strata replay` does: the owner connection
+// (DATABASE_URL or the embedded PostgreSQL) for the directory and the
+// audit, and pools as strata_app and strata_projector (the serving logins'
+// URLs when set, else the owner's login switching roles).
+func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.Duration) (*portability.Service, func(), error) {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	url, _, stopDB, err := e.database(ctx, logger)
+	if errors.Is(err, errNoOwnerURL) {
+		return nil, nil, errors.New("DATABASE_URL is not set: export and import run on the owner connection")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
+		stopDB()
+		return nil, nil, errors.New("export and import read and write the PostgreSQL log; STRATA_EVENT_STORE names another store")
+	}
+	var pools []*pgxpool.Pool
+	closeAll := func() {
+		for _, p := range pools {
+			p.Close()
+		}
+		stopDB()
+	}
+	open := func(u, role string) (*pgxpool.Pool, error) {
+		p, err := db.OpenPool(ctx, u, db.PoolConfig{Role: role, MaxConns: 2, AppName: "strata-tenants"})
+		if err == nil {
+			pools = append(pools, p)
+		}
+		return p, err
+	}
+	owner, err := open(url, db.RoleProjector)
+	if err == nil {
+		err = db.Check(ctx, owner, modules.All().Lines()...)
+		if err != nil {
+			err = fmt.Errorf("%v: run `strata migrate up`", err)
+		}
+	}
+	var app, proj *pgxpool.Pool
+	if err == nil {
+		app, err = open(e.str("STRATA_APP_DATABASE_URL", url), db.RoleApp)
+	}
+	if err == nil {
+		proj, err = open(e.str("STRATA_PROJECTOR_DATABASE_URL", url), db.RoleProjector)
+	}
+	var store *tenancy.Store
+	if err == nil {
+		store, err = newTenantStore(e, owner)
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	actor := tenancy.Actor{Subject: "cli:" + osUser()}
+	cfg := portabilityConfig()
+	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor, cfg.CatchUp = app, proj, owner, actor.Subject, catchUp
+	cfg.Provision = func(ctx context.Context, t domain.TenantID) error {
+		_, err := store.Provision(ctx, actor, tenancy.ProvisionRequest{ID: t})
+		return err
+	}
+	cfg.Progress = stderrProgress(stderr)
+	svc, err := portability.New(cfg)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return svc, closeAll, nil
+}
+
+// stderrProgress prints progress lines, at most one a second per phase and
+// file, and every change of phase or file.
+func stderrProgress(w io.Writer) func(portability.Progress) {
+	var last time.Time
+	var key string
+	return func(p portability.Progress) {
+		k := p.Phase + "\x00" + p.File
+		if k == key && time.Since(last) < time.Second {
+			return
+		}
+		key, last = k, time.Now()
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s", p.Phase)
+		if p.File != "" {
+			fmt.Fprintf(&b, " %s", p.File)
+		}
+		if p.Total > 0 {
+			fmt.Fprintf(&b, " %d/%d", p.Rows, p.Total)
+		} else if p.Rows > 0 {
+			fmt.Fprintf(&b, " %d", p.Rows)
+		}
+		fmt.Fprintln(w, b.String())
+	}
+}

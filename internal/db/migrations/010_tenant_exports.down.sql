@@ -1,0 +1,2 @@
+DROP TABLE tenant_export_chunks;
+DROP TABLE tenant_exports;
