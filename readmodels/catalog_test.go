@@ -34,7 +34,10 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	// The tenant directory (migration 008) is the control plane: every
 	// serving process reads every tenant's status and quotas (a column
 	// grant, not RLS, confines it); only the owner writes; see docs/tenants.md.
-	"tenants", "tenant_audit", "engine_settings"}
+	"tenants", "tenant_audit", "engine_settings",
+	// Tiers (migration 011): named default quotas, read by every serving
+	// process like the directory; no tenant's data; only the owner writes.
+	"tenant_tiers"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).
