@@ -336,15 +336,26 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	// rate and its own slot, and once the body has arrived, so that neither
 	// unauthenticated nor slow requests (nor one tenant's many) hold it.
 	a.commandAPI = a.api.NewRoute().Subrouter()
-	a.commandAPI.Use(tenants.gate, limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), capper.Middleware)
+	share, err := newPoolShare(e, maxConns, a.metrics)
+	if err != nil {
+		return err
+	}
+	a.commandAPI.Use(tenants.gate, tenants.requests("commands"), limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), capper.Middleware, share.Middleware)
 	a.queryAPI = a.api.NewRoute().Subrouter()
-	a.queryAPI.Use(tenants.gate, limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), capper.Middleware)
-	a.waitSlot = func(r *http.Request) (func(), error) { return slots.Enter(r, httpapi.SlotWaits) }
+	a.queryAPI.Use(tenants.gate, tenants.requests("queries"), limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), capper.Middleware, share.Middleware)
+	a.waitSlot = func(r *http.Request) (func(), error) {
+		release, err := slots.Enter(r, httpapi.SlotWaits)
+		if err != nil {
+			return nil, err
+		}
+		resume := httpapi.YieldPoolShare(r.Context()) // a wait holds no connection
+		return func() { resume(); release() }, nil
+	}
 
 	for _, w := range []struct {
 		role string
 		wire func(*app) error
-	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}} {
+	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}, {roleProjector, wireRetention}} {
 		if roles[w.role] {
 			if err := w.wire(a); err != nil {
 				return fmt.Errorf("start %s role: %w", w.role, err)

@@ -30,7 +30,7 @@ Usage:
   strata tenants suspend T --reason "..." [--json]               stop serving T (403 tenant_suspended); data kept
   strata tenants resume T --reason "..." [--json]                serve T again
   strata tenants quotas T k=v ... [--json]                       set T's quotas (k= removes one): ` + "rate_commands, rate_queries, in_flight_commands, in_flight_queries, in_flight_waits" + `
-
+` + tenantsTiersUsage + `
 Every call is recorded in tenant_audit as cli:<os user>.
 `
 
@@ -43,6 +43,9 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	if sub == "help" || sub == "-h" || sub == "--help" {
 		fmt.Fprint(stdout, tenantsUsage)
 		return exitOK
+	}
+	if code, ok := cmdTenantsTiers(ctx, sub, args[1:], e, stdout, stderr); ok {
+		return code
 	}
 	fs := flag.NewFlagSet("tenants "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -187,6 +190,9 @@ func printTenant(w io.Writer, t tenancy.Tenant) {
 	}
 	fmt.Fprintf(tw, "status\t%s\n", status)
 	fmt.Fprintf(tw, "placement\t%s\n", v.Placement)
+	if v.Tier != "" || v.Cohort != "" {
+		fmt.Fprintf(tw, "tier\t%s\ncohort\t%s\n", noneIfEmpty(v.Tier), noneIfEmpty(v.Cohort))
+	}
 	var steps []string
 	for _, s := range tenancy.ProvisionSteps {
 		if at, ok := v.Provisioning[s.Name]; ok {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -134,7 +135,49 @@ func (p *PoolShare) Middleware(next http.Handler) http.Handler {
 		case <-r.Context().Done():
 			return
 		}
-		defer func() { <-s.ch }()
-		next.ServeHTTP(w, r)
+		h := &shareHold{s: s, held: true}
+		defer h.release()
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), shareKey{}, h)))
 	})
+}
+
+type shareKey struct{}
+
+// shareHold is a request's hold on its tenant's share.
+type shareHold struct {
+	mu   sync.Mutex
+	s    *shareSem
+	held bool
+}
+
+func (h *shareHold) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held {
+		<-h.s.ch
+		h.held = false
+	}
+}
+
+// YieldPoolShare gives the request's share of the pool back while it
+// blocks without a connection (a consistency wait), so that the tenant's
+// waiting queries do not keep its other requests from the database. The
+// returned resume takes it back, waiting as long as ctx allows (if ctx
+// ends first the request goes on without it: it is about to answer). A
+// request without a share gets a no-op.
+func YieldPoolShare(ctx context.Context) (resume func()) {
+	h, ok := ctx.Value(shareKey{}).(*shareHold)
+	if !ok {
+		return func() {}
+	}
+	h.release()
+	return func() {
+		select {
+		case h.s.ch <- struct{}{}:
+			h.mu.Lock()
+			h.held = true
+			h.mu.Unlock()
+		case <-ctx.Done():
+		}
+	}
 }

@@ -231,3 +231,9 @@ func (d *Directory) tierQuotas() *map[string]Quotas {
 	}
 	return &map[string]Quotas{}
 }
+
+// Record audits a platform call that reads no directory row (the heavy
+// hitters): who, when, what, in tenant_audit like every other.
+func (s *Store) Record(ctx context.Context, a Actor, action string, detail map[string]any) error {
+	return s.audit(ctx, a, action, "", detail)
+}
