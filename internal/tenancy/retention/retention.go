@@ -55,7 +55,14 @@ type Config struct {
 	Logger   *slog.Logger
 	// DeletedFunc, if set, is told every batch deleted (metrics).
 	DeletedFunc func(kind string, tenant domain.TenantID, n int64)
+	// LeaseFunc, if set, is told the outcome of every try for the lease
+	// (tests).
+	LeaseFunc func(held bool)
 }
+
+// LeaseKey is the leader lock, for operators looking at pg_locks:
+// classid = class, objid = key, objsubid = 2.
+func LeaseKey() (class, key int32) { return lease.Class, lease.Key(leaseName) }
 
 // Job is the retention job.
 type Job struct {
@@ -240,6 +247,9 @@ func (j *Job) Run(ctx context.Context) error {
 // when ctx ends.
 func (j *Job) lead(ctx context.Context, conn *pgx.Conn) error {
 	ok, err := lease.Try(ctx, conn, leaseName)
+	if err == nil && j.cfg.LeaseFunc != nil {
+		j.cfg.LeaseFunc(ok)
+	}
 	if err != nil || !ok {
 		return err
 	}

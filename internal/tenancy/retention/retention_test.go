@@ -256,3 +256,56 @@ func TestParseWindow(t *testing.T) {
 		t.Error("an unknown key was accepted")
 	}
 }
+
+// One process deletes at a time: while another session holds the
+// retention lease the job only tries for it; once it is free the job
+// takes it and deletes.
+func TestRetentionRunsOnlyWithTheLease(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.provision(t, "acme")
+	f.seed(t, "acme", 400)
+	class, key := retention.LeaseKey()
+	other, err := pgx.Connect(ctx, f.admin.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	var got bool
+	if err := other.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, key).Scan(&got); err != nil || !got {
+		t.Fatalf("take the lease: %v %v", got, err)
+	}
+	tries := make(chan bool, 100)
+	deleted := make(chan int64, 100)
+	job, err := retention.New(retention.Config{Pool: f.pool, Interval: 10 * time.Millisecond, NowFunc: func() time.Time { return now },
+		LeaseFunc:   func(held bool) { tries <- held },
+		DeletedFunc: func(_ string, _ domain.TenantID, n int64) { deleted <- n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = job.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range 2 {
+		if held := <-tries; held {
+			t.Fatal("the job took the lease another session holds")
+		}
+	}
+	if n := f.rows(t, `SELECT key FROM idempotency_keys`); len(n) != 1 || len(deleted) != 0 {
+		t.Fatalf("deleted without the lease: %v left, %d batches", n, len(deleted))
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, class, key); err != nil {
+		t.Fatal(err)
+	}
+	for held := range tries {
+		if held {
+			break
+		}
+	}
+	var total int64
+	for total < 1+1+3 { // one idempotency record, one audit row, three resolved letters
+		total += <-deleted
+	}
+}
