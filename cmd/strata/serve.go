@@ -349,7 +349,8 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 			return nil, err
 		}
 		resume := httpapi.YieldPoolShare(r.Context()) // a wait holds no connection
-		return func() { resume(); release() }, nil
+		start := time.Now()
+		return func() { tenants.waited(r, time.Since(start)); resume(); release() }, nil
 	}
 
 	for _, w := range []struct {

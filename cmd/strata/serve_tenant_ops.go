@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -49,6 +50,13 @@ func (t tenantWiring) requests(api string) func(http.Handler) http.Handler {
 		return func(h http.Handler) http.Handler { return h }
 	}
 	return t.metrics.Middleware(api)
+}
+
+// waited records a consistency wait of the request's tenant.
+func (t tenantWiring) waited(r *http.Request, d time.Duration) {
+	if tenant, ok := domain.TenantFromContext(r.Context()); ok {
+		t.metrics.Waited(tenant, d)
+	}
 }
 
 // newPoolShare is one tenant's cap on the serving pool

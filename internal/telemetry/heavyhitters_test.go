@@ -73,6 +73,8 @@ func TestTenantMetricsLabelsAreBounded(t *testing.T) {
 		h.ServeHTTP(httptest.NewRecorder(), r.WithContext(domain.NewContext(r.Context(), id)))
 	}
 	tm.appended("c2", 5)
+	tm.Waited("c1", 30*time.Millisecond)
+	tm.Waited("p", 2*time.Second)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body := rec.Body.String()
@@ -85,6 +87,9 @@ func TestTenantMetricsLabelsAreBounded(t *testing.T) {
 		`strata_tenant_events_appended_total{tenant_id="c2",tenant_tier="pro"} 5`,
 		`strata_tenant_heavy_hitter{kind="queries",rank="1",tenant_id="c1"} 3`,
 		`strata_tenant_heavy_hitter{kind="events",rank="1",tenant_id="c2"} 5`,
+		`strata_tenant_consistency_wait_seconds_count{tenant_id="c1",tenant_tier="pro"} 1`,
+		`strata_tenant_consistency_wait_seconds_bucket{tenant_id="",tenant_tier="free",le="1"} 0`,
+		`strata_tenant_consistency_wait_seconds_bucket{tenant_id="",tenant_tier="free",le="2.5"} 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,7 +44,10 @@ type TenantMetrics struct {
 	Requests *prometheus.CounterVec // api, tenant_tier, tenant_id
 	Commands *prometheus.CounterVec // outcome, tenant_tier, tenant_id
 	Events   *prometheus.CounterVec // tenant_tier, tenant_id
-	OverCap  prometheus.Counter
+	// Waits is the lag a tenant sees: how long its queries blocked for
+	// their consistency token (read-your-writes), by tier.
+	Waits   *prometheus.HistogramVec // tenant_tier, tenant_id
+	OverCap prometheus.Counter
 
 	mu       sync.Mutex
 	labelled map[domain.TenantID]bool
@@ -69,12 +73,16 @@ func (m *Metrics) EnableTenants(cfg TenantMetricsConfig) *TenantMetrics {
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_tenant_events_appended_total", Help: "Events appended by tenant tier and (cohort tenants only) tenant ID.",
 		}, []string{"tenant_tier", "tenant_id"}),
+		Waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "strata_tenant_consistency_wait_seconds", Help: "How long queries blocked waiting for their consistency token (the projection lag the tenant saw), by tenant tier and (cohort tenants only) tenant ID.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"tenant_tier", "tenant_id"}),
 		OverCap: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_tenant_cohort_over_cap_total", Help: "Observations of cohort tenants counted without tenant_id because the process's cap of labelled tenants was reached.",
 		}),
 		labelled: map[domain.TenantID]bool{},
 	}
-	m.Registry.MustRegister(t.Requests, t.Commands, t.Events, t.OverCap)
+	m.Registry.MustRegister(t.Requests, t.Commands, t.Events, t.Waits, t.OverCap)
 	if cfg.Hitters != nil {
 		m.Registry.MustRegister(&hitterCollector{h: cfg.Hitters})
 	}
@@ -121,6 +129,16 @@ func (t *TenantMetrics) appended(tenant domain.TenantID, n int) {
 	tier, id := t.labels(tenant)
 	t.Events.WithLabelValues(tier, id).Add(float64(n))
 	t.cfg.Hitters.Record(tenant, HitEvents, uint64(n))
+}
+
+// Waited records that a query of tenant blocked d for its consistency
+// token.
+func (t *TenantMetrics) Waited(tenant domain.TenantID, d time.Duration) {
+	if t == nil {
+		return
+	}
+	tier, id := t.labels(tenant)
+	t.Waits.WithLabelValues(tier, id).Observe(d.Seconds())
 }
 
 // Middleware counts the requests of one API ("commands" or "queries") by
