@@ -335,14 +335,16 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	// The shared cap is taken last: after authentication, the tenant's
 	// rate and its own slot, and once the body has arrived, so that neither
 	// unauthenticated nor slow requests (nor one tenant's many) hold it.
+	// The tenant's share of the pool comes just before it, so that a
+	// request waiting for its tenant's share holds no shared slot either.
 	a.commandAPI = a.api.NewRoute().Subrouter()
 	share, err := newPoolShare(e, maxConns, a.metrics)
 	if err != nil {
 		return err
 	}
-	a.commandAPI.Use(tenants.gate, tenants.requests("commands"), limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), capper.Middleware, share.Middleware)
+	a.commandAPI.Use(tenants.gate, tenants.requests("commands"), limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware)
 	a.queryAPI = a.api.NewRoute().Subrouter()
-	a.queryAPI.Use(tenants.gate, tenants.requests("queries"), limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), capper.Middleware, share.Middleware)
+	a.queryAPI.Use(tenants.gate, tenants.requests("queries"), limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware)
 	a.waitSlot = func(r *http.Request) (func(), error) {
 		release, err := slots.Enter(r, httpapi.SlotWaits)
 		if err != nil {

@@ -42,8 +42,9 @@ type PoolShareConfig struct {
 // limits are far above a pool's size (they protect the in-flight cap), a
 // request beyond the share waits for it (up to Wait, then 429): the
 // tenant's excess queues on its own semaphore instead of in the pool's
-// queue in front of every other tenant. Mount it last, right before the
-// handler, after the body is read.
+// queue in front of every other tenant. Mount it after the body is read,
+// before the shared in-flight cap (a request waiting for its share then
+// holds no shared slot).
 type PoolShare struct {
 	cfg   PoolShareConfig
 	limit int
