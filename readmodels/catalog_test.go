@@ -38,7 +38,10 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	// Export jobs of the platform API (migration 010) are control plane
 	// too: owner-only, no grant to a serving role; they name the tenant in
 	// `tenant` as tenant_audit does (docs/tenants.md, "Export and import").
-	"tenant_exports", "tenant_export_chunks"}
+	"tenant_exports", "tenant_export_chunks",
+	// Tiers (migration 011): named default quotas, read by every serving
+	// process like the directory; no tenant's data; only the owner writes.
+	"tenant_tiers"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).

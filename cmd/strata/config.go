@@ -70,6 +70,19 @@ var envVars = map[string]string{
 	"STRATA_REQUIRE_TENANT_DIRECTORY": "serve only tenants that are active in the tenant directory (403 tenant_unknown otherwise); unset = the installation's setting: on for installations created with migration 008, off for older ones",
 	"STRATA_TENANT_DIRECTORY_RELOAD":  "how often a serving process reloads the whole tenant directory, the safety net under the push (default 10s)",
 
+	// Tiers, tenant-aware metrics, connection share and retention (docs/tenants.md).
+	"STRATA_TENANT_POOL_SHARE":               "fraction of the serving pool (STRATA_DB_MAX_CONNS) one tenant's requests may hold at once; its other requests wait for its share (default 0.5; 1 = off)",
+	"STRATA_TENANT_POOL_WAIT":                "how long a request waits for its tenant's share of the pool before 429 (default 2s)",
+	"STRATA_METRICS_COHORT_CAP":              "most cohort tenants one process labels with tenant_id on the tenant-aware series; beyond it they count under tenant_id=\"\" (default 50)",
+	"STRATA_HEAVY_HITTERS_WINDOW":            "rolling window of the heavy hitters (top tenants by commands, queries, events) in /metrics and GET /v1/platform/heavy-hitters (default 5m, in 1m buckets)",
+	"STRATA_HEAVY_HITTERS_TOP":               "how many tenants per kind the heavy hitters show in /metrics (default 10)",
+	"STRATA_RETENTION":                       "run the retention job in the projector role: on (default) or off",
+	"STRATA_RETENTION_INTERVAL":              "pause between passes of the retention job (default 1h)",
+	"STRATA_RETENTION_BATCH":                 "rows the retention job deletes per transaction (default 1000)",
+	"STRATA_RETENTION_IDEMPOTENCY_RECORDS":   "default window of idempotency records, e.g. 30d, 36h or keep (default 30d; a key retried after it is a new command)",
+	"STRATA_RETENTION_RESOLVED_DEAD_LETTERS": "default window of resolved (retried, discarded, superseded) dead letters (default 90d, or keep)",
+	"STRATA_RETENTION_AUDIT":                 "default window of a tenant's admin_audit rows (default 365d, or keep)",
+
 	// Process managers (docs/process-managers.md) and the fulfilment module's payments (docs/fulfilment.md).
 	"STRATA_PROCESSES":            "process managers the projector role runs: all (default), none, or a comma-separated list of names (e.g. fulfilment)",
 	"STRATA_PROCESS_POLL":         "how often process managers look at the log, their outbox and their deadlines when nothing wakes them (default 1s)",

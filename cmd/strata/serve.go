@@ -336,16 +336,30 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	// The shared cap is taken last: after authentication, the tenant's
 	// rate and its own slot, and once the body has arrived, so that neither
 	// unauthenticated nor slow requests (nor one tenant's many) hold it.
+	// The tenant's share of the pool comes just before it, so that a
+	// request waiting for its tenant's share holds no shared slot either.
 	a.commandAPI = a.api.NewRoute().Subrouter()
-	a.commandAPI.Use(tenants.gate, limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), capper.Middleware)
+	share, err := newPoolShare(e, maxConns, a.metrics)
+	if err != nil {
+		return err
+	}
+	a.commandAPI.Use(tenants.gate, tenants.requests("commands"), limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware)
 	a.queryAPI = a.api.NewRoute().Subrouter()
-	a.queryAPI.Use(tenants.gate, limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), capper.Middleware)
-	a.waitSlot = func(r *http.Request) (func(), error) { return slots.Enter(r, httpapi.SlotWaits) }
+	a.queryAPI.Use(tenants.gate, tenants.requests("queries"), limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware)
+	a.waitSlot = func(r *http.Request) (func(), error) {
+		release, err := slots.Enter(r, httpapi.SlotWaits)
+		if err != nil {
+			return nil, err
+		}
+		resume := httpapi.YieldPoolShare(r.Context()) // a wait holds no connection
+		start := time.Now()
+		return func() { tenants.waited(r, time.Since(start)); resume(); release() }, nil
+	}
 
 	for _, w := range []struct {
 		role string
 		wire func(*app) error
-	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}} {
+	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}, {roleProjector, wireRetention}} {
 		if roles[w.role] {
 			if err := w.wire(a); err != nil {
 				return fmt.Errorf("start %s role: %w", w.role, err)

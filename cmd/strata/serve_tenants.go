@@ -12,6 +12,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/internal/tenancy"
 	"github.com/strata-es/strata/internal/tenancy/platformapi"
 )
@@ -20,8 +21,9 @@ import (
 // tenant directory: the gate in front of their routes and the per-tenant
 // quotas for the limiters.
 type tenantWiring struct {
-	dir  *tenancy.Directory // nil for a projector-only process
-	gate mux.MiddlewareFunc
+	dir     *tenancy.Directory // nil for a projector-only process
+	gate    mux.MiddlewareFunc
+	metrics *telemetry.TenantMetrics // nil without dir (serve_tenant_ops.go)
 }
 
 func (t tenantWiring) rates(id domain.TenantID) httpapi.TenantRates {
@@ -88,8 +90,12 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 			return tenantWiring{}, err
 		}
 	}
+	tm, hitters, err := wireTenantMetrics(a, dir)
+	if err != nil {
+		return tenantWiring{}, err
+	}
 	if roles[roleQuery] {
-		platformapi.New(store).WithExports(exportJobs(ctx, a, store)).Register(a.api)
+		platformapi.New(store).WithExports(exportJobs(ctx, a, store)).WithHeavyHitters(hitters).Register(a.api)
 	}
 	if devSecret && loadErr == nil {
 		if err := provisionDevTenant(ctx, a, dir, store); err != nil {
@@ -97,7 +103,7 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 		}
 	}
 	a.logger.Info("tenant directory", "required", dir.Required(), "loaded", dir.Loaded(), "reload", reload.String())
-	return tenantWiring{dir: dir, gate: tenancy.Gate(dir, tenancy.GateConfig{})}, nil
+	return tenantWiring{dir: dir, gate: tenancy.Gate(dir, tenancy.GateConfig{}), metrics: tm}, nil
 }
 
 // newTenantStore is the platform path on an owner pool; provisioning moves

@@ -32,7 +32,7 @@ Usage:
   strata tenants quotas T k=v ... [--json]                       set T's quotas (k= removes one): ` + "rate_commands, rate_queries, in_flight_commands, in_flight_queries, in_flight_waits" + `
   strata tenants export T [--out FILE] [--json]                  write T's archive (events, read models, dead letters, idempotency records)
   strata tenants import FILE [--tenant T] [--wait 2m] [--json]   load an archive into an empty tenant
-
+` + tenantsTiersUsage + `
 Every call is recorded in tenant_audit as cli:<os user>.
 `
 
@@ -48,6 +48,9 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	}
 	if sub == "export" || sub == "import" {
 		return cmdTenantsPortability(ctx, sub, args[1:], e, stdout, stderr)
+	}
+	if code, ok := cmdTenantsTiers(ctx, sub, args[1:], e, stdout, stderr); ok {
+		return code
 	}
 	fs := flag.NewFlagSet("tenants "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -192,6 +195,9 @@ func printTenant(w io.Writer, t tenancy.Tenant) {
 	}
 	fmt.Fprintf(tw, "status\t%s\n", status)
 	fmt.Fprintf(tw, "placement\t%s\n", v.Placement)
+	if v.Tier != "" || v.Cohort != "" {
+		fmt.Fprintf(tw, "tier\t%s\ncohort\t%s\n", noneIfEmpty(v.Tier), noneIfEmpty(v.Cohort))
+	}
 	var steps []string
 	for _, s := range tenancy.ProvisionSteps {
 		if at, ok := v.Provisioning[s.Name]; ok {

@@ -50,6 +50,7 @@ func (c *commandExecutor) Handle(ctx context.Context, cmd commands.Named, opts c
 	res, err := c.next(ctx, cmd, opts)
 	outcome := Outcome(res, err)
 	c.m.Commands.WithLabelValues(cmd.Name(), outcome).Inc()
+	c.m.tenants.Load().command(ctx, outcome)
 	c.m.CommandDuration.WithLabelValues(cmd.Name()).Observe(time.Since(start).Seconds())
 	if outcome == "replayed" {
 		c.m.IdempotencyReplays.Inc()
@@ -120,6 +121,7 @@ func (s *store) Append(ctx context.Context, req eventstore.AppendRequest) (event
 		return res, err
 	}
 	s.m.EventsAppended.Add(float64(len(req.Events)))
+	s.m.tenants.Load().appended(domain.TenantID(req.Tenant), len(req.Events))
 	span.SetAttributes(attribute.Int64("strata.version", res.LastVersion), attribute.String("strata.position", res.Position.String()))
 	return res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -17,8 +18,9 @@ import (
 )
 
 // Metrics holds every series strata exports. Labels are bounded: routes,
-// commands, outcomes, projections, pools. Tenant IDs are never labels
-// (unbounded cardinality); they appear in traces and logs instead.
+// commands, outcomes, projections, pools. Tenant IDs are labels only on
+// the tenant-aware series of EnableTenants, for cohort tenants within a
+// cap (tenants.go); otherwise they appear in traces and logs.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -34,7 +36,8 @@ type Metrics struct {
 	ProjectionBatches  *prometheus.CounterVec // projection
 	ProjectionEvents   *prometheus.CounterVec // projection
 
-	pools *poolCollector
+	pools   *poolCollector
+	tenants atomic.Pointer[TenantMetrics] // EnableTenants (tenants.go)
 }
 
 // NewMetrics registers strata's metrics and the Go runtime's.

@@ -35,6 +35,8 @@ type Entry struct {
 	Quotas  Quotas
 	Limits  Limits
 	Version int64
+	Tier    string // "": none (tiers.go); Limits are its quotas over the tier's
+	Cohort  string // "": none
 	seq     uint64 // the Directory's apply counter when it was applied
 }
 
@@ -65,6 +67,7 @@ type Directory struct {
 	require atomic.Bool
 	loaded  atomic.Bool
 	seq     atomic.Uint64
+	tiers   atomic.Pointer[map[string]Quotas] // tier -> quotas (tiers.go)
 }
 
 // NewDirectory returns an empty Directory; Load fills it, Run keeps it
@@ -115,13 +118,13 @@ type querier interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }
 
-const entryColumns = `id, status, quotas, version`
+const entryColumns = `id, status, quotas, version, coalesce(tier, ''), coalesce(cohort, '')`
 
 func scanEntry(row pgx.Row) (domain.TenantID, Entry, error) {
 	var id domain.TenantID
 	var e Entry
 	var raw []byte
-	if err := row.Scan(&id, &e.Status, &raw, &e.Version); err != nil {
+	if err := row.Scan(&id, &e.Status, &raw, &e.Version, &e.Tier, &e.Cohort); err != nil {
 		return id, e, err
 	}
 	e.Quotas = decodeQuotas(raw)
@@ -151,6 +154,10 @@ func (d *Directory) load(ctx context.Context, q querier) error {
 		}
 		d.require.Store(req)
 	}
+	tiers, err := loadTiers(ctx, q)
+	if err != nil {
+		return err
+	}
 	rows, err := q.Query(ctx, `SELECT `+entryColumns+` FROM tenants`)
 	if err != nil {
 		return fmt.Errorf("read the tenant directory: %w", err)
@@ -174,6 +181,10 @@ func (d *Directory) load(ctx context.Context, q querier) error {
 			fresh[id] = e // pushed while we read, and newer
 		}
 	}
+	for id, e := range fresh {
+		fresh[id] = withTiers(e, tiers)
+	}
+	d.tiers.Store(&tiers)
 	d.entries.Store(&fresh)
 	d.loaded.Store(true)
 	return nil
@@ -206,6 +217,7 @@ func (d *Directory) refresh(ctx context.Context, q querier, id domain.TenantID) 
 	if err != nil {
 		return Entry{}, false, err
 	}
+	e = withTiers(e, *d.tierQuotas())
 	d.apply(id, e)
 	return e, true, nil
 }
@@ -276,6 +288,12 @@ func (d *Directory) listen(ctx context.Context, conn *pgx.Conn) error {
 			continue
 		case err != nil:
 			return err
+		}
+		if tierPayload(n.Payload) { // a tier changed: any tenant may be in it
+			if err := d.load(ctx, conn); err != nil {
+				return err
+			}
+			continue
 		}
 		id, version, ok := parsePayload(n.Payload)
 		if !ok {

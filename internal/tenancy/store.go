@@ -105,12 +105,12 @@ func (s *Store) audit(ctx context.Context, a Actor, action string, tenant domain
 	})
 }
 
-const tenantColumns = `id, name, status, coalesce(status_reason, ''), quotas, retention, placement, provisioning, version, created_at, updated_at`
+const tenantColumns = `id, name, status, coalesce(status_reason, ''), quotas, retention, placement, provisioning, version, created_at, updated_at, coalesce(tier, ''), coalesce(cohort, '')`
 
 func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
 	var quotas, retention, prov []byte
-	err := row.Scan(&t.ID, &t.Name, &t.Status, &t.StatusReason, &quotas, &retention, &t.Placement, &prov, &t.Version, &t.CreatedAt, &t.UpdatedAt)
+	err := row.Scan(&t.ID, &t.Name, &t.Status, &t.StatusReason, &quotas, &retention, &t.Placement, &prov, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Tier, &t.Cohort)
 	if err != nil {
 		return t, err
 	}

@@ -331,9 +331,18 @@ func TestRequireSettingFollowsTheInstallation(t *testing.T) {
 	if !read() {
 		t.Fatal("a new installation does not require the directory")
 	}
-	// Back to before 008, whatever came after it (the later migrations'
-	// downs run too).
-	if err := db.Down(ctx, d.AdminURL, db.Engine().Latest()-7, nil); err != nil {
+	// Back to before 008, however many migrations came after it.
+	admin, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after008 int
+	err = admin.QueryRow(ctx, `SELECT count(*) FROM strata.schema_migrations WHERE line = $1 AND version >= 8`, db.EngineLineName).Scan(&after008)
+	admin.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Down(ctx, d.AdminURL, after008, nil); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, d.AdminURL)

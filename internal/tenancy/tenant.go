@@ -41,6 +41,8 @@ type Tenant struct {
 	Version      int64                `json:"version"`
 	CreatedAt    time.Time            `json:"created_at"`
 	UpdatedAt    time.Time            `json:"updated_at"`
+	Tier         string               `json:"tier,omitempty"`   // "": no tier (tiers.go)
+	Cohort       string               `json:"cohort,omitempty"` // "": in no cohort
 }
 
 // StepsDone lists the provisioning steps done, in ProvisionSteps order.

@@ -52,6 +52,7 @@ func (e *Env) startServe(ctx context.Context, url string, env ...string) (*serve
 		"STRATA_TENANT_IN_FLIGHT_COMMANDS=unlimited",
 		"STRATA_TENANT_IN_FLIGHT_QUERIES=unlimited",
 		"STRATA_TENANT_IN_FLIGHT_WAITS=unlimited",
+		"STRATA_TENANT_POOL_SHARE=1", // the bench's one tenant may use the whole pool
 		"STRATA_LOG_LEVEL=error",
 		"STRATA_DATA_DIR="+os.TempDir(),
 		// The command path alone, comparable with earlier runs: the

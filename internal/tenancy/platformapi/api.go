@@ -10,6 +10,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/internal/tenancy"
 	"github.com/strata-es/strata/internal/tenancy/portability"
 )
@@ -29,6 +30,7 @@ const (
 type API struct {
 	store   *tenancy.Store
 	exports *portability.Jobs // exports.go
+	hitters *telemetry.HeavyHitters // tiers.go
 }
 
 // New returns the API.
@@ -45,6 +47,7 @@ func (a *API) Register(r *mux.Router) {
 	s.HandleFunc("/v1/platform/tenants/{id}/resume", a.resume).Methods(http.MethodPost).Name(RouteResume)
 	s.HandleFunc("/v1/platform/tenants/{id}/quotas", a.quotas).Methods(http.MethodPut).Name(RouteQuotas)
 	a.registerExports(s)
+	a.registerTiers(s)
 }
 
 // TenantView is a tenant as the API and `strata tenants --json` show it.
@@ -62,13 +65,16 @@ type TenantView struct {
 	Version      int64                `json:"version"`
 	CreatedAt    time.Time            `json:"created_at"`
 	UpdatedAt    time.Time            `json:"updated_at"`
+	Tier         string               `json:"tier,omitempty"`
+	Cohort       string               `json:"cohort,omitempty"`
 }
 
 // View renders t.
 func View(t tenancy.Tenant) TenantView {
 	v := TenantView{ID: string(t.ID), Name: t.Name, Status: string(t.Status), StatusReason: t.StatusReason, Quotas: t.Quotas,
 		Retention: t.Retention, Placement: t.Placement, Provisioning: t.Provisioning, StepsDone: t.StepsDone(),
-		StepsPending: t.StepsPending(), Version: t.Version, CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC()}
+		StepsPending: t.StepsPending(), Version: t.Version, CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
+		Tier: t.Tier, Cohort: t.Cohort}
 	if v.StepsDone == nil {
 		v.StepsDone = []string{}
 	}

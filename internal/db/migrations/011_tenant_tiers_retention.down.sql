@@ -1,0 +1,14 @@
+REVOKE SELECT (tenant_id, id, at), DELETE ON admin_audit FROM strata_projector;
+DROP POLICY admin_audit_retention_delete ON admin_audit;
+DROP POLICY admin_audit_retention_read ON admin_audit;
+REVOKE DELETE ON dead_letters FROM strata_projector;
+DROP INDEX idempotency_keys_created;
+REVOKE SELECT (tenant_id, key, created_at), DELETE ON idempotency_keys FROM strata_projector;
+DROP POLICY idempotency_keys_retention_delete ON idempotency_keys;
+DROP POLICY idempotency_keys_retention_read ON idempotency_keys;
+REVOKE SELECT (id, status, retention) ON tenants FROM strata_projector;
+REVOKE SELECT ON tenant_tiers FROM strata_app;
+REVOKE SELECT (tier, cohort) ON tenants FROM strata_app;
+ALTER TABLE tenants DROP COLUMN cohort, DROP COLUMN tier;
+DROP TABLE tenant_tiers;
+DROP FUNCTION tenant_tiers_notify();
