@@ -34,7 +34,12 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	// The tenant directory (migration 008) is the control plane: every
 	// serving process reads every tenant's status and quotas (a column
 	// grant, not RLS, confines it); only the owner writes; see docs/tenants.md.
-	"tenants", "tenant_audit", "engine_settings"}
+	"tenants", "tenant_audit", "engine_settings",
+	// The erasure's bookkeeping (migration 009): the serving processes'
+	// directory membership (host, pid, heartbeats: strata's own processes,
+	// no tenant's data) and the erasure workflows and receipts, which must
+	// outlive the tenant's data (owner only).
+	"tenant_directory_members", "tenant_erasures"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).
@@ -121,8 +126,8 @@ FROM pg_policy p WHERE p.polrelid = $1 ORDER BY p.polname`, t.oid)
 				return nil, err
 			}
 			for _, r := range roles {
-				if r != db.RoleApp && r != db.RoleProjector {
-					add("%s: policy %s applies to role %s (only %s and %s may have policies)", t.name, name, r, db.RoleApp, db.RoleProjector)
+				if r != db.RoleApp && r != db.RoleProjector && r != db.RoleEraser {
+					add("%s: policy %s applies to role %s (only %s, %s and %s may have policies)", t.name, name, r, db.RoleApp, db.RoleProjector, db.RoleEraser)
 				}
 			}
 			if x, ok := crossTenantPolicies[name]; ok {
