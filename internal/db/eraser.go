@@ -47,7 +47,7 @@ ORDER BY c.relname`, Schema, EraserPolicySuffix, RoleEraser, RoleOwner)
 			return err
 		}
 		type tbl struct {
-			name             string
+			name            string
 			policy, granted bool
 		}
 		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tbl, error) {
