@@ -104,7 +104,16 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 		}
 	}
 	if roles[roleQuery] {
-		platformapi.New(store).Register(a.api)
+		api := platformapi.New(store)
+		if store != nil {
+			er, closeEr, err := newEraser(a.env, a.pools.owner, store, a.logger, eraseFlags{}, nil)
+			if err != nil {
+				return tenantWiring{}, err
+			}
+			api.SetEraser(ctx, er, a.logger)
+			go func() { <-ctx.Done(); closeEr() }()
+		}
+		api.Register(a.api)
 	}
 	if devSecret && loadErr == nil {
 		if err := provisionDevTenant(ctx, a, dir, store); err != nil {

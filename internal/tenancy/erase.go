@@ -323,6 +323,18 @@ func (e *Eraser) recordError(tenant domain.TenantID, err error) {
 // such tenant), domain.ErrInvalid, ErrBarrierTimeout, ErrQuiesceTimeout,
 // ErrUnknownStores, the database's and the external stores'.
 func (e *Eraser) Erase(ctx context.Context, a Actor, tenant domain.TenantID, reason string) (Erasure, error) {
+	w, err := e.Begin(ctx, a, tenant, reason)
+	if err != nil || w.NextStep() == "" {
+		return w, err
+	}
+	return e.Run(ctx, w)
+}
+
+// Begin records the call (audited) and creates the tenant's workflow row
+// if there is none, without running a step: what the HTTP job answers
+// before it runs the rest in the background (Run). A finished erasure is
+// returned as it is.
+func (e *Eraser) Begin(ctx context.Context, a Actor, tenant domain.TenantID, reason string) (Erasure, error) {
 	reason = strings.TrimSpace(reason)
 	if reason == "" || len(reason) > 500 {
 		return Erasure{}, fmt.Errorf("%w: an erasure needs a reason of 1 to 500 bytes (recorded)", domain.ErrInvalid)
@@ -339,12 +351,17 @@ func (e *Eraser) Erase(ctx context.Context, a Actor, tenant domain.TenantID, rea
 		if err := e.anonymizeAudit(ctx, tenant, w.ReceiptID); err != nil {
 			return w, err
 		}
-		return w, nil
 	}
+	return w, nil
+}
+
+// Run runs w from its first step not done to the end; an error is also
+// recorded in the workflow's row (last_error).
+func (e *Eraser) Run(ctx context.Context, w Erasure) (Erasure, error) {
 	w.LastError = ""
 	if err := e.run(ctx, &w); err != nil {
-		e.recordError(tenant, err)
-		cur, lerr := e.load(context.WithoutCancel(ctx), tenant)
+		e.recordError(w.Tenant, err)
+		cur, lerr := e.load(context.WithoutCancel(ctx), w.Tenant)
 		if lerr == nil {
 			w = cur
 		}

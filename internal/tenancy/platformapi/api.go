@@ -27,6 +27,7 @@ const (
 // owner connection) answers 503 with what to set.
 type API struct {
 	store *tenancy.Store
+	erase *eraseJobs // erase.go
 }
 
 // New returns the API.
@@ -42,6 +43,7 @@ func (a *API) Register(r *mux.Router) {
 	s.HandleFunc("/v1/platform/tenants/{id}/suspend", a.suspend).Methods(http.MethodPost).Name(RouteSuspend)
 	s.HandleFunc("/v1/platform/tenants/{id}/resume", a.resume).Methods(http.MethodPost).Name(RouteResume)
 	s.HandleFunc("/v1/platform/tenants/{id}/quotas", a.quotas).Methods(http.MethodPut).Name(RouteQuotas)
+	a.registerErasure(s)
 }
 
 // TenantView is a tenant as the API and `strata tenants --json` show it.
