@@ -166,6 +166,7 @@ type Erasure struct {
 	ReceiptID   string               `json:"receipt_id"`
 	Reason      string               `json:"reason"`
 	RequestedBy string               `json:"requested_by"`
+	AuditFloor  int64                `json:"-"`
 	StartedAt   time.Time            `json:"started_at"`
 	UpdatedAt   time.Time            `json:"updated_at"`
 	Steps       map[string]time.Time `json:"steps"`
@@ -248,14 +249,14 @@ func (e *Eraser) Status(ctx context.Context, a Actor, tenant domain.TenantID) (E
 	return e.load(ctx, tenant)
 }
 
-const erasureColumns = `tenant, receipt_id::text, reason, requested_by, started_at, updated_at, steps, barrier, quiesce, stores, coalesce(last_error, ''), receipt, finished_at`
+const erasureColumns = `tenant, receipt_id::text, reason, requested_by, audit_floor, started_at, updated_at, steps, barrier, quiesce, stores, coalesce(last_error, ''), receipt, finished_at`
 
 func (e *Eraser) load(ctx context.Context, tenant domain.TenantID) (Erasure, error) {
 	var out Erasure
 	err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
 		var steps, barrier, quiesce, stores, receipt []byte
 		err := tx.QueryRow(ctx, `SELECT `+erasureColumns+` FROM tenant_erasures WHERE tenant = $1`, tenant).Scan(
-			&out.Tenant, &out.ReceiptID, &out.Reason, &out.RequestedBy, &out.StartedAt, &out.UpdatedAt,
+			&out.Tenant, &out.ReceiptID, &out.Reason, &out.RequestedBy, &out.AuditFloor, &out.StartedAt, &out.UpdatedAt,
 			&steps, &barrier, &quiesce, &stores, &out.LastError, &receipt, &out.FinishedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: no erasure of tenant %q was started", domain.ErrNotFound, tenant)
@@ -347,9 +348,17 @@ func (e *Eraser) Begin(ctx context.Context, a Actor, tenant domain.TenantID, rea
 		return Erasure{}, err
 	}
 	if w.NextStep() == "" {
-		// Finished: the call just audited is anonymized like the others.
+		// Finished: the call just audited is anonymized like the others;
+		// an error recorded after the receipt (a crash at its failpoint)
+		// is moot.
 		if err := e.anonymizeAudit(ctx, tenant, w.ReceiptID); err != nil {
 			return w, err
+		}
+		if w.LastError != "" {
+			w.LastError = ""
+			if err := e.save(ctx, &w, ""); err != nil {
+				return w, err
+			}
 		}
 	}
 	return w, nil
@@ -382,7 +391,8 @@ func (e *Eraser) start(ctx context.Context, a Actor, tenant domain.TenantID, rea
 		b[6] = b[6]&0x0f | 0x40
 		b[8] = b[8]&0x3f | 0x80
 		id := hex.EncodeToString(b[:])
-		_, err = tx.Exec(ctx, `INSERT INTO tenant_erasures (tenant, receipt_id, reason, requested_by) VALUES ($1, $2::uuid, $3, $4)
+		_, err = tx.Exec(ctx, `INSERT INTO tenant_erasures (tenant, receipt_id, reason, requested_by, audit_floor)
+			VALUES ($1, $2::uuid, $3, $4, (SELECT coalesce(max(id), 0) FROM tenant_audit WHERE action <> 'erase' OR tenant IS DISTINCT FROM $1))
 			ON CONFLICT (tenant) DO NOTHING`, t.ID, id, reason, a.Subject)
 		return err
 	})

@@ -119,7 +119,7 @@ func (e *Eraser) tenantTables(ctx context.Context) ([]string, error) {
 }
 
 // count returns the store's count of the tenant's items now.
-func (e *Eraser) count(ctx context.Context, w *Erasure, s StoreState) (int64, error) {
+func (e *Eraser) count(ctx context.Context, w *Erasure, s StoreState, before bool) (int64, error) {
 	var n int64
 	switch s.Kind {
 	case KindTable:
@@ -138,8 +138,14 @@ func (e *Eraser) count(ctx context.Context, w *Erasure, s StoreState) (int64, er
 		})
 		return n, err
 	case KindAudit:
+		// Before: the rows up to the workflow's floor (auditFloor);
+		// after: every row naming the tenant, the erasure's own included.
+		floor := int64(1<<63 - 1)
+		if before {
+			floor = w.AuditFloor
+		}
 		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, `SELECT count(*) FROM tenant_audit WHERE tenant = $1 OR subject LIKE '%@' || $1`, w.Tenant).Scan(&n)
+			return tx.QueryRow(ctx, `SELECT count(*) FROM tenant_audit WHERE (tenant = $1 OR subject LIKE '%@' || $1) AND id <= $2`, w.Tenant, floor).Scan(&n)
 		})
 		return n, err
 	}
@@ -176,7 +182,7 @@ func (e *Eraser) inventory(ctx context.Context, w *Erasure) error {
 	}
 	stores = append(stores, auditStore(w.Tenant))
 	for i := range stores {
-		n, err := e.count(ctx, w, stores[i])
+		n, err := e.count(ctx, w, stores[i], true)
 		if err != nil {
 			return fmt.Errorf("count %s: %w", stores[i].Name, err)
 		}
@@ -199,7 +205,7 @@ func (e *Eraser) addNewTables(ctx context.Context, w *Erasure) error {
 			continue
 		}
 		s := tableStore(t, w.Tenant)
-		if s.Before, err = e.count(ctx, w, s); err != nil {
+		if s.Before, err = e.count(ctx, w, s, true); err != nil {
 			return fmt.Errorf("count %s: %w", name, err)
 		}
 		s.Note = "created after the inventory"
@@ -280,7 +286,7 @@ func (e *Eraser) eraseStore(ctx context.Context, w *Erasure, i int) error {
 // tenant is left, unknown otherwise.
 func (e *Eraser) check(ctx context.Context, w *Erasure, i int) error {
 	s := &w.Stores[i]
-	n, err := e.count(ctx, w, *s)
+	n, err := e.count(ctx, w, *s, false)
 	if err != nil {
 		s.State = StateUnknown
 		s.Note = "verification failed: " + err.Error()

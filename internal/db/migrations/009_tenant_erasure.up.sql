@@ -38,6 +38,11 @@ CREATE TABLE tenant_erasures (
     receipt_id  uuid        NOT NULL,
     reason      text        NOT NULL CHECK (length(reason) BETWEEN 1 AND 500),
     requested_by text       NOT NULL,
+    -- the last tenant_audit row when the workflow began: the audit's count
+    -- before is of the rows up to it (the erasure's own calls, and those of
+    -- its reruns, are anonymized too but not counted, so that every rerun
+    -- reports the same count).
+    audit_floor bigint      NOT NULL DEFAULT 0,
     started_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     steps       jsonb       NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(steps) = 'object'),
