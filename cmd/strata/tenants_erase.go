@@ -46,7 +46,7 @@ func cmdTenantsErase(ctx context.Context, sub string, tenant domain.TenantID, re
 	}
 	defer closeStore()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	progress := newEraseProgress(stderr, !asJSON)
+	progress := newEraseProgress(stderr, true) // stderr: --json's stdout stays the receipt
 	er, closeEr, err := newEraser(e, pool, store, logger, f, progress.report)
 	if err != nil {
 		fmt.Fprintln(stderr, "strata tenants:", err)
@@ -163,6 +163,7 @@ type eraseProgress struct {
 	w      io.Writer
 	on     bool
 	inLine bool
+	store  string
 }
 
 func newEraseProgress(w io.Writer, on bool) *eraseProgress { return &eraseProgress{w: w, on: on} }
@@ -170,7 +171,14 @@ func newEraseProgress(w io.Writer, on bool) *eraseProgress { return &eraseProgre
 func (p *eraseProgress) report(pr tenancy.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.on {
+		return
+	}
 	if pr.Store != "" {
+		if p.inLine && pr.Store != p.store {
+			fmt.Fprintln(p.w)
+		}
+		p.store = pr.Store
 		pct := 100.0
 		if pr.Total > 0 {
 			pct = 100 * float64(pr.Done) / float64(pr.Total)
