@@ -149,17 +149,27 @@ func TestTenantErasureEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
+	// Every fulfilment reserves its stock and then waits for the payment
+	// (its deadline an hour away): the log is still from then on.
+	for _, tenant := range []string{"acme", "beta"} {
+		for i := 1; i <= 4; i++ {
+			path := fmt.Sprintf("/v1/orders/o-%d/fulfilment", i)
+			waitUntil(t, 30*time.Second, func() bool {
+				st, raw, _ := apiCall(t, nil, base, tenantToken(t, tenant), http.MethodGet, path, "")
+				return st == http.StatusOK && strings.Contains(string(raw), `"stage":"awaiting_payment"`)
+			}, tenant+" "+path+" awaiting payment")
+		}
+	}
 	var acmeEvents int64
 	waitUntil(t, 30*time.Second, func() bool {
 		if !atHead(t, conn) {
 			return false
 		}
-		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM strata.events WHERE tenant_id = 'acme'`).Scan(&acmeEvents)
-		// Every fulfilment reserved its stock (awaiting payment, its
-		// deadline an hour away), and the relay published everything.
+		var betaEvents int64
+		_ = conn.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE tenant_id = 'acme'), count(*) FILTER (WHERE tenant_id = 'beta') FROM strata.events`).Scan(&acmeEvents, &betaEvents)
 		var waiting int
 		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM strata.process_deadlines`).Scan(&waiting)
-		return waiting == 8 && natsCount(t, js, topic, topic+".acme.>") == acmeEvents
+		return waiting == 8 && natsCount(t, js, topic, topic+".acme.>") == acmeEvents && natsCount(t, js, topic, topic+".beta.>") == betaEvents
 	}, "projections, process managers and the relay at the head")
 	betaSums := tableChecksums(t, conn, "beta")
 	betaNATS := natsCount(t, js, topic, topic+".beta.>")
