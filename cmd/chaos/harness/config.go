@@ -26,7 +26,7 @@ const (
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, R18}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Erase, R18}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -243,7 +243,8 @@ type Config struct {
 	R15    R15Config
 	Starve StarveConfig
 	R18    R18Config
-	PM1    PM1Config // zero: DefaultPM1()
+	PM1    PM1Config   // zero: DefaultPM1()
+	Erase  EraseConfig // zero: DefaultErase()
 }
 
 // Full returns the configuration of `make chaos`: the sizes of the
