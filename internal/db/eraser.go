@@ -37,27 +37,35 @@ func EnsureEraserGrants(ctx context.Context, q interface {
 		rows, err := tx.Query(ctx, `
 SELECT c.relname,
        EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND p.polname = left(c.relname, 63 - length($2)) || $2),
-       has_table_privilege($3, c.oid, 'SELECT') AND has_table_privilege($3, c.oid, 'DELETE')
+       has_table_privilege($3, c.oid, 'SELECT') AND has_table_privilege($3, c.oid, 'DELETE'),
+       pg_get_userbyid(c.relowner) = $4
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped
-WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND pg_get_userbyid(c.relowner) = $4
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')
 ORDER BY c.relname`, Schema, EraserPolicySuffix, RoleEraser, RoleOwner)
 		if err != nil {
 			return err
 		}
 		type tbl struct {
-			name            string
-			policy, granted bool
+			name                   string
+			policy, granted, owned bool
 		}
 		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tbl, error) {
 			var t tbl
-			return t, r.Scan(&t.name, &t.policy, &t.granted)
+			return t, r.Scan(&t.name, &t.policy, &t.granted, &t.owned)
 		})
 		if err != nil {
 			return err
 		}
 		for _, t := range all {
+			tables = append(tables, t.name)
+			if !t.owned {
+				// Not strata's (the catalog test forbids it): listed all the
+				// same, so that the erasure's count of it fails loudly
+				// (permission denied) instead of passing it over.
+				continue
+			}
 			ident := pgx.Identifier{Schema, t.name}.Sanitize()
 			if !t.granted {
 				if _, err := tx.Exec(ctx, "GRANT SELECT, DELETE ON "+ident+" TO "+RoleEraser); err != nil {
@@ -76,7 +84,6 @@ ORDER BY c.relname`, Schema, EraserPolicySuffix, RoleEraser, RoleOwner)
 					return fmt.Errorf("create the eraser's policy on %s: %w", t.name, err)
 				}
 			}
-			tables = append(tables, t.name)
 		}
 		return nil
 	})
