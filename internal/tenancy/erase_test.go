@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -416,9 +417,13 @@ func TestEraseBarrierTimeoutDestroysNothing(t *testing.T) {
 }
 
 // The fence: a Directory that has not heartbeated within its lease
-// refuses every tenant (503), and serves again once it has. The heartbeat
-// is held by a lock on its member row; the lease runs out on a clock the
-// test moves.
+// refuses every tenant (503), and one whose heartbeat succeeds only after
+// its lease ran out (the barrier may have counted it gone and destroyed
+// data meanwhile) reloads the directory before it serves anyone, so a
+// change it had not yet processed is never answered from the old state.
+// Held deterministically: the heartbeat by a lock on the member's row,
+// the reload (or, without it, the push's refresh) by a lock on the
+// tenants table; the lease runs out on a clock the test moves.
 func TestDirectoryFencesItselfWithoutHeartbeat(t *testing.T) {
 	t.Parallel()
 	b := setup(t, tenancy.StoreConfig{})
@@ -426,35 +431,84 @@ func TestDirectoryFencesItselfWithoutHeartbeat(t *testing.T) {
 	if _, err := b.store.Provision(ctx, b.actor, tenancy.ProvisionRequest{ID: "acme"}); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	const lease = 900 * time.Millisecond
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	const lease = 6 * time.Second // heartbeats every 2s
 	dir := runMember(t, b, tenancy.DirectoryConfig{Reload: time.Hour, Lease: lease, NowFunc: clock})
 	if code := admit(dir, "acme"); code != "" {
 		t.Fatalf("active tenant refused: %q", code)
 	}
 	conn := adminConn(t, b)
-	tx, err := conn.Begin(ctx)
+	waiting := func(query string) bool {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, query).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	rowLock, err := pgx.Connect(ctx, b.db.AdminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM strata.tenant_directory_members WHERE member_id = $1 FOR UPDATE`, dir.MemberID()); err != nil {
+	defer rowLock.Close(ctx)
+	hold, err := rowLock.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	advance(lease + time.Millisecond)
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM strata.tenant_directory_members WHERE member_id = $1 FOR UPDATE`, dir.MemberID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return waiting("UPDATE tenant_directory_members SET heartbeat_at%") })
+	// The heartbeat has started and hangs. A change is committed; its push
+	// waits behind the heartbeat on the listening connection.
+	if _, err := b.store.Suspend(ctx, b.actor, "acme", "while fenced"); err != nil {
+		t.Fatal(err)
+	}
+	tableLock, err := pgx.Connect(ctx, b.db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tableLock.Close(ctx)
+	block, err := tableLock.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := block.Exec(ctx, `LOCK TABLE strata.tenants IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	// The lease runs out since the last heartbeat, not since the hanging
+	// one began (which started less than a second ago).
+	offset.Store(int64(lease - time.Second))
 	if code := admit(dir, "acme"); code != httpapi.CodeUnavailable {
 		t.Fatalf("past the lease without a heartbeat: %q, want unavailable", code)
 	}
-	// While the heartbeat is held, it stays fenced whatever the time.
-	for i := 0; i < 3; i++ {
-		advance(lease / 3)
-		if code := admit(dir, "acme"); code != httpapi.CodeUnavailable {
-			t.Fatalf("fence lifted while the heartbeat was held: %q", code)
-		}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	// The heartbeat commits; the Directory now reads the tenants table
+	// (its reload) and hangs there.
+	waitFor(t, 10*time.Second, func() bool { return waiting("%FROM tenants%") })
+	if code := admit(dir, "acme"); code != httpapi.CodeUnavailable {
+		t.Fatalf("the fence lifted before the directory was reloaded: %q (the suspension is not applied yet)", code)
+	}
+	if err := block.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code := admit(dir, "acme")
+		if code == httpapi.CodeTenantSuspended {
+			break
+		}
+		if code != httpapi.CodeUnavailable {
+			t.Fatalf("first answer after the fence: %q, want tenant_suspended", code)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still fenced 10s after the heartbeat was released")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := b.store.Resume(ctx, b.actor, "acme", "served again"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return admit(dir, "acme") == "" })
