@@ -132,6 +132,7 @@ func (e *Eraser) quiesce(ctx context.Context, w *Erasure) error {
 			_ = e.save(ctx, w, "")
 			return fmt.Errorf("%w: %d transactions that were in progress when the tenant became erasing are still open", ErrQuiesceTimeout, open)
 		}
+		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: fmt.Sprintf("waiting for %d transactions that were open when the tenant became erasing", open)})
 		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
 			return ctx.Err()
 		}

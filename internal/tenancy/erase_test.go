@@ -514,6 +514,81 @@ func TestDirectoryFencesItselfWithoutHeartbeat(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return admit(dir, "acme") == "" })
 }
 
+// An append of the tenant that was in progress when it became erasing is
+// waited for, and its event erased with the others; a runner that has not
+// passed the tenant's last event holds the erasure (its timeout destroys
+// nothing).
+func TestEraseQuiescesAppendsAndRunners(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tenancy.StoreConfig{})
+	seed(t, b)
+	ctx := context.Background()
+	conn := adminConn(t, b)
+	// A runner, live, at the start of the log.
+	exec(t, conn, `INSERT INTO strata.projection_checkpoints (projection, status) VALUES ('lagger', 'running')`)
+	e := newEraser(t, b, tenancy.EraserConfig{QuiesceTimeout: 300 * time.Millisecond})
+	w, err := e.Erase(ctx, b.actor, "acme", "quiesce test")
+	if !errors.Is(err, tenancy.ErrQuiesceTimeout) || len(w.Quiesce.Lagging) != 1 || w.Quiesce.Lagging[0] != "lagger" || w.NextStep() != tenancy.StepQuiesce {
+		t.Fatalf("erase with a lagging runner: %v %+v", err, w.Quiesce)
+	}
+	if n := tenantRows(t, conn, "acme")["events"]; n != 25 {
+		t.Fatalf("events destroyed by a stopped erasure: %d left", n)
+	}
+	exec(t, conn, `UPDATE strata.projection_checkpoints SET pos_major = 1e15 WHERE projection = 'lagger'`)
+
+	// An append begun before the erasure, still open.
+	b2 := setup(t, tenancy.StoreConfig{}) // a tenant of its own database, erased from scratch
+	seed(t, b2)
+	other2, err := pgx.Connect(ctx, b2.db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other2.Close(ctx)
+	tx, err := other2.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+		VALUES ('acme', 'late', 1, gen_random_uuid(), 'thing.happened', 1, '{}', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	waitingTx := make(chan struct{})
+	var once sync.Once
+	e2 := newEraser(t, b2, tenancy.EraserConfig{QuiesceTimeout: time.Minute, ProgressFunc: func(p tenancy.Progress) {
+		if p.Step == tenancy.StepQuiesce && strings.Contains(p.Message, "transactions that were open") {
+			once.Do(func() { close(waitingTx) })
+		}
+	}})
+	result := make(chan tenancy.Erasure, 1)
+	go func() {
+		w, err := e2.Erase(ctx, b2.actor, "acme", "quiesce test")
+		if err != nil {
+			t.Errorf("erase: %v", err)
+		}
+		result <- w
+	}()
+	<-waitingTx
+	select {
+	case <-result:
+		t.Fatal("the erasure went past an open append of the tenant")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w = <-result
+	if w.Receipt == nil || w.Receipt.Counts()["table:events"] != 26 {
+		t.Fatalf("receipt %+v: want the open append's event counted (26)", w.Receipt)
+	}
+	if n := tenantRows(t, adminConn(t, b2), "acme")["events"]; n != 0 {
+		t.Fatalf("%d events left", n)
+	}
+	// The first database finishes once its runner has passed.
+	if _, err := e.Erase(ctx, b.actor, "acme", "quiesce test, again"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestModeForEachStoreKind(t *testing.T) {
 	t.Parallel()
 	for kind, want := range map[tenancy.StoreKind]tenancy.Mode{
