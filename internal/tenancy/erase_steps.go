@@ -108,18 +108,24 @@ func (e *Eraser) barrier(ctx context.Context, w *Erasure) error {
 // quiesce waits until the appends in progress when it starts have ended
 // (one of them may hold events of the tenant from before it was erasing;
 // every later append of the tenant is refused by the log), then until
-// every live runner has passed the tenant's last event.
+// every live runner has passed the tenant's last event. Transactions
+// elsewhere (another database of the cluster, readers) are not waited for.
 func (e *Eraser) quiesce(ctx context.Context, w *Erasure) error {
 	start := time.Now()
 	deadline := start.Add(e.cfg.QuiesceTimeout)
 	q := QuiesceState{RunnersWaitedOn: []string{}}
-	var snap string
-	if err := e.cfg.Pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
-		return err
+	// The transactions that have written into the log and are still open
+	// hold a RowExclusiveLock on it until they end (pg_locks, readable by
+	// every role): those open now, and only those, are waited for.
+	var writers []string
+	if err := e.cfg.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+		WHERE relation = 'strata.events'::regclass AND mode = 'RowExclusiveLock' AND granted AND pid <> pg_backend_pid()`).Scan(&writers); err != nil {
+		return fmt.Errorf("find appends in progress: %w", err)
 	}
 	for {
 		var open int
-		if err := e.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_snapshot_xip($1::pg_snapshot) x WHERE pg_xact_status(x) = 'in progress'`, snap).Scan(&open); err != nil {
+		if err := e.cfg.Pool.QueryRow(ctx, `SELECT count(DISTINCT virtualtransaction) FROM pg_locks
+			WHERE relation = 'strata.events'::regclass AND virtualtransaction = ANY ($1)`, writers).Scan(&open); err != nil {
 			return fmt.Errorf("wait for appends in progress: %w", err)
 		}
 		q.OpenXacts = open
