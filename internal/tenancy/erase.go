@@ -69,7 +69,15 @@ var (
 	ErrBarrierTimeout = errors.New("the acknowledgement barrier timed out: some serving process has not acknowledged the erasing status; nothing was destroyed, run the erasure again")
 	ErrQuiesceTimeout = errors.New("quiescence timed out: some runner has not passed the tenant's last event; nothing was destroyed, run the erasure again")
 	ErrUnknownStores  = errors.New("some stores are unknown after erasure: the erasure is not complete, run it again")
+	// ErrErasureRunning: another process runs this tenant's erasure now.
+	ErrErasureRunning = errors.New("the erasure of this tenant is running in another process: follow it with `strata tenants status`")
 )
+
+// eraseLockClass is the first key of the session advisory lock that keeps
+// one runner per tenant's erasure ("STER"); the second is the tenant's
+// hashtext. The lock lives as long as the runner's session: a runner
+// killed with SIGKILL leaves none behind.
+const eraseLockClass int32 = 0x53544552
 
 // ExternalStore is a store outside the PostgreSQL database that holds a
 // tenant's data (the broker's messages, an EventStoreDB log). cmd/strata
@@ -367,6 +375,32 @@ func (e *Eraser) Begin(ctx context.Context, a Actor, tenant domain.TenantID, rea
 // Run runs w from its first step not done to the end; an error is also
 // recorded in the workflow's row (last_error).
 func (e *Eraser) Run(ctx context.Context, w Erasure) (Erasure, error) {
+	conn, err := e.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return w, err
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, eraseLockClass, string(w.Tenant)).Scan(&got); err != nil {
+		return w, fmt.Errorf("take the erasure's lock: %w", err)
+	}
+	if !got {
+		return w, fmt.Errorf("erase %s: %w", w.Tenant, ErrErasureRunning)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, eraseLockClass, string(w.Tenant)); err != nil {
+			conn.Conn().Close(uctx) //nolint:errcheck // a session that ends releases it
+		}
+	}()
+	// Read again under the lock: another runner may have moved it on.
+	if cur, err := e.load(ctx, w.Tenant); err == nil {
+		w = cur
+	}
+	if w.NextStep() == "" {
+		return w, nil
+	}
 	w.LastError = ""
 	if err := e.run(ctx, &w); err != nil {
 		e.recordError(w.Tenant, err)

@@ -356,6 +356,10 @@ func TestEraseBarrierWaitsForEveryMember(t *testing.T) {
 		result <- err
 	}()
 	<-waiting
+	// One runner per tenant: a second one is refused while the first waits.
+	if _, err := newEraser(t, b, tenancy.EraserConfig{}).Erase(ctx, b.actor, "acme", "a second runner"); !errors.Is(err, tenancy.ErrErasureRunning) {
+		t.Fatalf("a second erasure of the tenant: %v, want ErrErasureRunning", err)
+	}
 	// The change is applied (a new request is refused) but not acknowledged.
 	waitFor(t, 5*time.Second, func() bool { return admit(dir, "acme") == httpapi.CodeTenantSuspended })
 	rec := httptest.NewRecorder()
