@@ -593,6 +593,83 @@ func TestEraseQuiescesAppendsAndRunners(t *testing.T) {
 	}
 }
 
+// stubbornStore is an external store whose Erase removes nothing until it
+// is fixed: what the workflow does with a store it cannot verify.
+type stubbornStore struct {
+	mu    sync.Mutex
+	items int64
+	fixed bool
+}
+
+func (s *stubbornStore) Name() string            { return "test:stubborn" }
+func (s *stubbornStore) Kind() tenancy.StoreKind { return tenancy.KindBroker }
+func (s *stubbornStore) Verification(domain.TenantID) string {
+	return "count of the stub's items"
+}
+
+func (s *stubbornStore) Count(context.Context, domain.TenantID) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.items, nil
+}
+
+func (s *stubbornStore) Erase(context.Context, domain.TenantID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fixed {
+		s.items = 0
+	}
+	return nil
+}
+
+// A store that still holds the tenant's data after its erasure is
+// unknown: completion is blocked (no receipt, the tenant stays erasing)
+// and status shows it; once it can be erased, a rerun finishes with the
+// count before taken the first time.
+func TestEraseUnknownStoreBlocksCompletion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tenancy.StoreConfig{})
+	seed(t, b)
+	ctx := context.Background()
+	x := &stubbornStore{items: 9}
+	e := newEraser(t, b, tenancy.EraserConfig{External: []tenancy.ExternalStore{x}})
+	w, err := e.Erase(ctx, b.actor, "acme", "unknown test")
+	if !errors.Is(err, tenancy.ErrUnknownStores) || w.Receipt != nil || w.NextStep() != tenancy.StepVerify {
+		t.Fatalf("erase with a stubborn store: %v, next %s", err, w.NextStep())
+	}
+	st, err := e.Status(ctx, b.actor, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, s := range st.Stores {
+		if s.Name == "test:stubborn" {
+			found = true
+			if s.State != tenancy.StateUnknown || s.Before != 9 || s.After == nil || *s.After != 9 {
+				t.Fatalf("the stubborn store in status: %+v", s)
+			}
+		} else if s.State != tenancy.StateDone {
+			t.Fatalf("store %s is %s", s.Name, s.State)
+		}
+	}
+	if !found || !strings.Contains(st.LastError, "test:stubborn") {
+		t.Fatalf("status: %+v", st)
+	}
+	if tn, err := b.store.Get(ctx, b.actor, "acme"); err != nil || tn.Status != tenancy.StatusErasing {
+		t.Fatalf("tenant %+v %v: want it erasing until every store is done", tn, err)
+	}
+	x.mu.Lock()
+	x.fixed, x.items = true, 11 // more by now: the receipt keeps the count taken first
+	x.mu.Unlock()
+	w, err = e.Erase(ctx, b.actor, "acme", "unknown test, again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Receipt.Counts()["test:stubborn"]; got != 9 {
+		t.Fatalf("receipt count before of the stubborn store: %d, want 9", got)
+	}
+}
+
 func TestModeForEachStoreKind(t *testing.T) {
 	t.Parallel()
 	for kind, want := range map[tenancy.StoreKind]tenancy.Mode{
