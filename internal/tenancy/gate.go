@@ -25,7 +25,9 @@ type GateConfig struct {
 //     directory is required (Directory.Required), served otherwise (the
 //     behaviour of installations from before the directory);
 //   - before the directory's first load: 503 unavailable, since a
-//     suspended tenant cannot be told apart yet.
+//     suspended tenant cannot be told apart yet; likewise, for a member of
+//     the erasure's barrier (DirectoryConfig.Lease), whenever it has not
+//     heartbeated within its lease (the fence, member.go).
 func Gate(d *Directory, cfg GateConfig) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
