@@ -110,7 +110,7 @@ func TestTenantErasureEndToEnd(t *testing.T) {
 	topic := "erase_test_" + hex.EncodeToString(b[:])
 	vars := directoryVars(t, url)
 	maps.Copy(vars, map[string]string{"STRATA_RELAY_URL": testNATS, "STRATA_RELAY_TOPIC": topic, "STRATA_PROCESSES": "all",
-		"STRATA_PAYMENT_TIMEOUT": "1h", "STRATA_PROCESS_POLL": "100ms", "STRATA_TENANT_DIRECTORY_LEASE": "3s"})
+		"STRATA_PAYMENT_TIMEOUT": "1h", "STRATA_PROCESS_POLL": "100ms"})
 	base, _, stop := startServe(t, vars)
 	defer stop()
 	waitReady(t, base)
