@@ -41,7 +41,12 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	"tenant_exports", "tenant_export_chunks",
 	// Tiers (migration 011): named default quotas, read by every serving
 	// process like the directory; no tenant's data; only the owner writes.
-	"tenant_tiers"}
+	"tenant_tiers",
+	// The erasure's bookkeeping (migration 009): the serving processes'
+	// directory membership (host, pid, heartbeats: strata's own processes,
+	// no tenant's data) and the erasure workflows and receipts, which must
+	// outlive the tenant's data (owner only).
+	"tenant_directory_members", "tenant_erasures"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).
@@ -128,8 +133,8 @@ FROM pg_policy p WHERE p.polrelid = $1 ORDER BY p.polname`, t.oid)
 				return nil, err
 			}
 			for _, r := range roles {
-				if r != db.RoleApp && r != db.RoleProjector {
-					add("%s: policy %s applies to role %s (only %s and %s may have policies)", t.name, name, r, db.RoleApp, db.RoleProjector)
+				if r != db.RoleApp && r != db.RoleProjector && r != db.RoleEraser {
+					add("%s: policy %s applies to role %s (only %s, %s and %s may have policies)", t.name, name, r, db.RoleApp, db.RoleProjector, db.RoleEraser)
 				}
 			}
 			if x, ok := crossTenantPolicies[name]; ok {

@@ -389,7 +389,8 @@ func catalogShape(ctx context.Context, t testing.TB, url string, tables []string
    WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
   (SELECT string_agg(format('con %s %s', conname, pg_get_constraintdef(oid)), E'\n' ORDER BY conname) FROM pg_constraint WHERE conrelid = c.oid),
   (SELECT string_agg(format('idx %s', pg_get_indexdef(indexrelid)), E'\n' ORDER BY pg_get_indexdef(indexrelid)) FROM pg_index WHERE indrelid = c.oid),
-  format('rls %s %s opts %s owner %s acl %s', c.relrowsecurity, c.relforcerowsecurity, c.reloptions, pg_get_userbyid(c.relowner), c.relacl),
+  format('rls %s %s opts %s owner %s acl %s', c.relrowsecurity, c.relforcerowsecurity, c.reloptions, pg_get_userbyid(c.relowner),
+    (SELECT array_agg(x::text ORDER BY x::text) FROM unnest(c.relacl) x)), -- the grants, not the order they were made in
   (SELECT string_agg(format('pol %s %s %s %s %s', polname, polcmd, polroles::regrole[], pg_get_expr(polqual, polrelid), pg_get_expr(polwithcheck, polrelid)), E'\n' ORDER BY polname)
    FROM pg_policy WHERE polrelid = c.oid))
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'strata' AND c.relname = $1`, table).Scan(&out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -59,7 +60,18 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 	if err != nil {
 		return tenantWiring{}, err
 	}
-	cfg := tenancy.DirectoryConfig{Pool: a.appPool, Reload: reload, Logger: a.logger}
+	lease, err := a.env.duration("STRATA_TENANT_DIRECTORY_LEASE", tenancy.DefaultLease)
+	if err != nil {
+		return tenantWiring{}, err
+	}
+	var roleNames []string
+	for _, r := range []string{roleCommand, roleQuery} {
+		if roles[r] {
+			roleNames = append(roleNames, r)
+		}
+	}
+	cfg := tenancy.DirectoryConfig{Pool: a.appPool, Reload: reload, Logger: a.logger,
+		Lease: lease, Member: tenancy.MemberInfo{Role: strings.Join(roleNames, ",")}}
 	if v := a.env.str("STRATA_REQUIRE_TENANT_DIRECTORY", ""); v != "" {
 		req, err := a.env.boolean("STRATA_REQUIRE_TENANT_DIRECTORY", false)
 		if err != nil {
@@ -81,6 +93,9 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 		if !dir.Loaded() {
 			return fmt.Errorf("not loaded yet")
 		}
+		if dir.Fenced() {
+			return fmt.Errorf("no heartbeat within the lease (STRATA_TENANT_DIRECTORY_LEASE): every tenant refused")
+		}
 		return nil
 	}})
 
@@ -95,7 +110,16 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 		return tenantWiring{}, err
 	}
 	if roles[roleQuery] {
-		platformapi.New(store).WithExports(exportJobs(ctx, a, store)).WithHeavyHitters(hitters).Register(a.api)
+		api := platformapi.New(store).WithExports(exportJobs(ctx, a, store)).WithHeavyHitters(hitters)
+		if store != nil {
+			er, closeEr, err := newEraser(a.env, a.pools.owner, store, a.logger, eraseFlags{}, nil)
+			if err != nil {
+				return tenantWiring{}, err
+			}
+			api.SetEraser(ctx, er, a.logger)
+			go func() { <-ctx.Done(); closeEr() }()
+		}
+		api.Register(a.api)
 	}
 	if devSecret && loadErr == nil {
 		if err := provisionDevTenant(ctx, a, dir, store); err != nil {

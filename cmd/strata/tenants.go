@@ -32,7 +32,7 @@ Usage:
   strata tenants quotas T k=v ... [--json]                       set T's quotas (k= removes one): ` + "rate_commands, rate_queries, in_flight_commands, in_flight_queries, in_flight_waits" + `
   strata tenants export T [--out FILE] [--json]                  write T's archive (events, read models, dead letters, idempotency records)
   strata tenants import FILE [--tenant T] [--wait 2m] [--json]   load an archive into an empty tenant
-` + tenantsTiersUsage + `
+` + tenantsTiersUsage + tenantsEraseUsage + `
 Every call is recorded in tenant_audit as cli:<os user>.
 `
 
@@ -57,6 +57,9 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	asJSON := fs.Bool("json", false, "print JSON")
 	name := fs.String("name", "", "display name (provision)")
 	reason := fs.String("reason", "", "why (suspend, resume; recorded)")
+	var ef eraseFlags
+	fs.DurationVar(&ef.barrierTimeout, "barrier-timeout", time.Minute, "erase: how long to wait for every serving process to acknowledge")
+	fs.DurationVar(&ef.quiesceTimeout, "quiesce-timeout", time.Minute, "erase: how long to wait for the runners to pass the tenant's last event")
 	var quotas multiFlag
 	fs.Var(&quotas, "quota", "k=v, repeatable (provision)")
 	rest := args[1:]
@@ -82,6 +85,11 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	}
 	switch sub {
 	case "list", "show", "provision", "suspend", "resume", "quotas":
+	case "erase", "status":
+		if len(positional) > 0 {
+			return usageError(stderr, fmt.Sprintf("unexpected arguments %q", positional))
+		}
+		return cmdTenantsErase(ctx, sub, tenant, *reason, ef, *asJSON, e, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "strata tenants: unknown subcommand %q\n\n%s", sub, tenantsUsage)
 		return exitUsage

@@ -279,6 +279,13 @@ func Up(ctx context.Context, url string, logf Logf, lines ...Line) error {
 		if pending == 0 {
 			logf.printf("schema is up to date (%s)", versions(all))
 		}
+		if _, ok := applied[appliedKey{EngineLineName, 9}]; ok {
+			// Every tenant table, a module's too, gets the eraser's grant
+			// and policy (migration 009, docs/tenants.md "Erasure").
+			if _, err := EnsureEraserGrants(ctx, conn); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 }
@@ -514,7 +521,7 @@ func bootstrap(ctx context.Context, conn *pgx.Conn) error {
 	if err := conn.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil {
 		return fmt.Errorf("inspect login role: %w", err)
 	}
-	for _, role := range []string{RoleOwner, RoleApp, RoleProjector} {
+	for _, role := range []string{RoleOwner, RoleApp, RoleProjector, RoleEraser} {
 		var exists bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role).Scan(&exists); err != nil {
 			return err

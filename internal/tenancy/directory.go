@@ -56,6 +56,18 @@ type DirectoryConfig struct {
 	// AppliedFunc, if set, is called after a change of one tenant reached
 	// this process through the push (metrics, tests).
 	AppliedFunc func(id domain.TenantID, e Entry)
+	// Lease, if set, makes the Directory a member of the erasure's
+	// acknowledgement barrier (member.go): Run registers it in
+	// tenant_directory_members, heartbeats every Lease/3, acknowledges
+	// barrier notifications, and the Directory refuses every tenant (503)
+	// whenever it has not heartbeated within Lease
+	// (STRATA_TENANT_DIRECTORY_LEASE; 0: no membership, no fence).
+	Lease  time.Duration
+	Member MemberInfo
+	// NowFunc is the fence's clock (default time.Now; tests move it).
+	NowFunc func() time.Time
+	// AckFunc, if set, is called after each barrier acknowledgement.
+	AckFunc func(version int64)
 }
 
 // Directory is a serving process's copy of the tenant directory. Lookups
@@ -68,6 +80,7 @@ type Directory struct {
 	loaded  atomic.Bool
 	seq     atomic.Uint64
 	tiers   atomic.Pointer[map[string]Quotas] // tier -> quotas (tiers.go)
+	member  membership
 }
 
 // NewDirectory returns an empty Directory; Load fills it, Run keeps it
@@ -79,7 +92,11 @@ func NewDirectory(cfg DirectoryConfig) *Directory {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
 	d := &Directory{cfg: cfg}
+	d.member.id = newMemberID()
 	empty := map[domain.TenantID]Entry{}
 	d.entries.Store(&empty)
 	if cfg.Require != nil {
@@ -245,6 +262,9 @@ func (d *Directory) Check(ctx context.Context, id domain.TenantID) (Entry, error
 // (the cache keeps its last state meanwhile).
 func (d *Directory) Run(ctx context.Context) error {
 	const retry = time.Second
+	if d.cfg.Lease > 0 {
+		defer d.unregister()
+	}
 	for ctx.Err() == nil {
 		c, err := d.cfg.Pool.Acquire(ctx)
 		if err != nil {
@@ -269,25 +289,59 @@ func (d *Directory) listen(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, `LISTEN `+NotifyChannel); err != nil {
 		return err
 	}
+	member := d.cfg.Lease > 0
+	if member {
+		if _, err := conn.Exec(ctx, `LISTEN `+BarrierChannel); err != nil {
+			return err
+		}
+		if err := d.register(ctx, conn); err != nil {
+			return err
+		}
+	}
 	if err := d.load(ctx, conn); err != nil {
 		return err
 	}
+	var beat time.Time
+	if member {
+		if err := d.heartbeat(ctx, conn); err != nil {
+			return err
+		}
+		beat = time.Now().Add(d.cfg.Lease / 3)
+	}
 	next := time.Now().Add(d.cfg.Reload)
 	for {
-		wctx, cancel := context.WithDeadline(ctx, next)
+		until := next
+		if member && beat.Before(until) {
+			until = beat
+		}
+		wctx, cancel := context.WithDeadline(ctx, until)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil && errors.Is(wctx.Err(), context.DeadlineExceeded) && !conn.IsClosed():
-			if err := d.load(ctx, conn); err != nil {
-				return err
+			if member && !time.Now().Before(beat) {
+				if err := d.heartbeat(ctx, conn); err != nil {
+					return err
+				}
+				beat = time.Now().Add(d.cfg.Lease / 3)
 			}
-			next = time.Now().Add(d.cfg.Reload)
+			if !time.Now().Before(next) {
+				if err := d.load(ctx, conn); err != nil {
+					return err
+				}
+				next = time.Now().Add(d.cfg.Reload)
+			}
 			continue
 		case err != nil:
 			return err
+		}
+		if n.Channel == BarrierChannel {
+			if err := d.onBarrier(ctx, conn, n.Payload); err != nil {
+				return err
+			}
+			continue
 		}
 		if tierPayload(n.Payload) { // a tier changed: any tenant may be in it
 			if err := d.load(ctx, conn); err != nil {

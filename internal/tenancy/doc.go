@@ -15,6 +15,12 @@
 // the directory is required, unknown or not yet active (403
 // tenant_unknown).
 //
-// It imports domain, internal/db, internal/httpapi and pgx; its HTTP API is
-// the subpackage platformapi.
+// Eraser is the erasure workflow (erase*.go; docs/tenants.md, "Erasure"):
+// status erasing, an acknowledgement barrier over the serving processes'
+// Directories (member.go: each registers, heartbeats, acknowledges and
+// fences itself when it cannot heartbeat), quiescence, every store found
+// from the catalog erased in its mode and verified, and a receipt.
+//
+// It imports domain, internal/db, internal/failpoint, internal/httpapi,
+// internal/pgsession and pgx; its HTTP API is the subpackage platformapi.
 package tenancy

@@ -25,10 +25,20 @@ type GateConfig struct {
 //     directory is required (Directory.Required), served otherwise (the
 //     behaviour of installations from before the directory);
 //   - before the directory's first load: 503 unavailable, since a
-//     suspended tenant cannot be told apart yet.
+//     suspended tenant cannot be told apart yet; likewise, for a member of
+//     the erasure's barrier (DirectoryConfig.Lease), whenever it has not
+//     heartbeated within its lease (the fence, member.go).
 func Gate(d *Directory, cfg GateConfig) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Counted before the check, so that the barrier's drain
+			// (member.go) sees every request that may have been admitted
+			// before the tenant's change was applied.
+			if tenant, ok := domain.TenantFromContext(r.Context()); ok {
+				c := d.inflight(tenant)
+				c.Add(1)
+				defer c.Add(-1)
+			}
 			if err := d.Admit(r); err != nil {
 				if cfg.RejectFunc != nil {
 					cfg.RejectFunc(r, err.Code)
@@ -50,6 +60,9 @@ func (d *Directory) Admit(r *http.Request) *httpapi.Error {
 	if !d.Loaded() {
 		return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: httpapi.CodeUnavailable,
 			Message: "the tenant directory is not loaded yet: retry later", RetryAfter: 2 * time.Second}
+	}
+	if d.Fenced() {
+		return d.fenceError()
 	}
 	e, known := d.Lookup(tenant)
 	switch {

@@ -121,6 +121,8 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runR18(ctx, r)
 		case PM1:
 			err = e.runPM1(ctx, r)
+		case Erase:
+			err = e.runErase(ctx, r)
 		case Restore:
 			err = e.runRestore(ctx, r)
 		case R11, R12:

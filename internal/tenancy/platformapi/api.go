@@ -31,6 +31,7 @@ type API struct {
 	store   *tenancy.Store
 	exports *portability.Jobs // exports.go
 	hitters *telemetry.HeavyHitters // tiers.go
+	erase   *eraseJobs // erase.go
 }
 
 // New returns the API.
@@ -48,6 +49,7 @@ func (a *API) Register(r *mux.Router) {
 	s.HandleFunc("/v1/platform/tenants/{id}/quotas", a.quotas).Methods(http.MethodPut).Name(RouteQuotas)
 	a.registerExports(s)
 	a.registerTiers(s)
+	a.registerErasure(s)
 }
 
 // TenantView is a tenant as the API and `strata tenants --json` show it.

@@ -1,0 +1,339 @@
+package tenancy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/pgsession"
+)
+
+func nowUTC() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// suppress sets the tenant erasing and waits for every live serving
+// process to acknowledge it (member.go).
+func (e *Eraser) suppress(ctx context.Context, w *Erasure) error {
+	if w.Barrier.Version == 0 {
+		if err := e.cfg.Store.audit(ctx, Actor{Subject: w.RequestedBy}, "set_erasing", w.Tenant, map[string]any{"reason": w.Reason}); err != nil {
+			return err
+		}
+		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+			cur, err := getTenant(ctx, tx, w.Tenant, true)
+			if err != nil {
+				return err
+			}
+			if cur.Status == StatusErasing || cur.Status == StatusErased {
+				w.Barrier.Version = cur.Version
+				return nil
+			}
+			return tx.QueryRow(ctx, `UPDATE tenants SET status = 'erasing', status_reason = $2 WHERE id = $1 RETURNING version`,
+				w.Tenant, w.Reason).Scan(&w.Barrier.Version)
+		})
+		if err != nil {
+			return fmt.Errorf("set the tenant erasing: %w", err)
+		}
+		if err := e.save(ctx, w, ""); err != nil {
+			return err
+		}
+	}
+	return e.barrier(ctx, w)
+}
+
+// barrier resends the barrier notification until every live member has
+// acknowledged w.Barrier.Version, or the timeout.
+func (e *Eraser) barrier(ctx context.Context, w *Erasure) error {
+	start := time.Now()
+	deadline := start.Add(e.cfg.BarrierTimeout)
+	payload := fmt.Sprintf("%d:%s", w.Barrier.Version, w.Tenant)
+	for {
+		if _, err := e.cfg.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, BarrierChannel, payload); err != nil {
+			return fmt.Errorf("send the barrier: %w", err)
+		}
+		b := BarrierState{Version: w.Barrier.Version}
+		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT member_id, host, pid, role, seen_version, heartbeat_at > now() - make_interval(secs => $1)
+				FROM tenant_directory_members ORDER BY member_id`, e.cfg.Lease.Seconds())
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id, host, role string
+				var pid int
+				var seen int64
+				var live bool
+				if err := rows.Scan(&id, &host, &pid, &role, &seen, &live); err != nil {
+					return err
+				}
+				switch {
+				case !live:
+					b.MembersGone++
+				case seen >= b.Version:
+					b.MembersLive++
+					b.MembersAcked++
+				default:
+					b.MembersLive++
+					b.Waiting = append(b.Waiting, fmt.Sprintf("%s (%s pid %d, %s) at version %d", id, host, pid, role, seen))
+				}
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("read tenant_directory_members: %w", err)
+		}
+		b.WaitedMS = time.Since(start).Milliseconds()
+		w.Barrier = b
+		if len(b.Waiting) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = e.save(ctx, w, "")
+			return fmt.Errorf("%w (waited %s for %s)", ErrBarrierTimeout, e.cfg.BarrierTimeout, strings.Join(b.Waiting, "; "))
+		}
+		e.progress(Progress{Tenant: w.Tenant, Step: StepSuppress, Message: fmt.Sprintf("waiting for %d of %d serving processes to acknowledge", len(b.Waiting), b.MembersLive)})
+		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
+			return ctx.Err()
+		}
+	}
+}
+
+// quiesce waits until the appends in progress when it starts have ended
+// (one of them may hold events of the tenant from before it was erasing;
+// every later append of the tenant is refused by the log), then until
+// every live runner has passed the tenant's last event. Transactions
+// elsewhere (another database of the cluster, readers) are not waited for.
+func (e *Eraser) quiesce(ctx context.Context, w *Erasure) error {
+	start := time.Now()
+	deadline := start.Add(e.cfg.QuiesceTimeout)
+	q := QuiesceState{RunnersWaitedOn: []string{}}
+	// The transactions that have written into the log and are still open
+	// hold a RowExclusiveLock on it until they end (pg_locks, readable by
+	// every role): those open now, and only those, are waited for.
+	var writers []string
+	if err := e.cfg.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+		WHERE relation = 'strata.events'::regclass AND mode = 'RowExclusiveLock' AND granted AND pid <> pg_backend_pid()`).Scan(&writers); err != nil {
+		return fmt.Errorf("find appends in progress: %w", err)
+	}
+	for {
+		var open int
+		if err := e.cfg.Pool.QueryRow(ctx, `SELECT count(DISTINCT virtualtransaction) FROM pg_locks
+			WHERE relation = 'strata.events'::regclass AND virtualtransaction = ANY ($1)`, writers).Scan(&open); err != nil {
+			return fmt.Errorf("wait for appends in progress: %w", err)
+		}
+		q.OpenXacts = open
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			q.WaitedMS = time.Since(start).Milliseconds()
+			w.Quiesce = q
+			_ = e.save(ctx, w, "")
+			return fmt.Errorf("%w: %d transactions that were in progress when the tenant became erasing are still open", ErrQuiesceTimeout, open)
+		}
+		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: fmt.Sprintf("waiting for %d transactions that were open when the tenant became erasing", open)})
+		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
+			return ctx.Err()
+		}
+	}
+	var txID, pos string
+	err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT tx_id::text, position::text FROM events ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&txID, &pos)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		q.WaitedMS = time.Since(start).Milliseconds()
+		w.Quiesce = q
+		return nil // no event: nothing to wait for
+	case err != nil:
+		return fmt.Errorf("find the tenant's last event: %w", err)
+	}
+	q.LastEvent = txID + "/" + pos
+	for {
+		type cp struct {
+			name, status string
+			passed       bool
+		}
+		var cps []cp
+		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT projection, status, (pos_major, pos_minor) >= ($1::numeric, $2::numeric)
+				FROM projection_checkpoints ORDER BY projection`, txID, pos)
+			if err != nil {
+				return err
+			}
+			cps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (cp, error) {
+				var c cp
+				return c, r.Scan(&c.name, &c.status, &c.passed)
+			})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("read projection_checkpoints: %w", err)
+		}
+		q.RunnersWaitedOn, q.Lagging = []string{}, nil
+		for _, c := range cps {
+			live := c.status == "running" || c.status == "error"
+			if e.cfg.RunnerLiveFunc != nil {
+				if live, err = e.cfg.RunnerLiveFunc(ctx, c.name); err != nil {
+					return err
+				}
+			}
+			if !live {
+				continue
+			}
+			q.RunnersWaitedOn = append(q.RunnersWaitedOn, c.name)
+			if !c.passed {
+				q.Lagging = append(q.Lagging, c.name)
+			}
+		}
+		q.WaitedMS = time.Since(start).Milliseconds()
+		w.Quiesce = q
+		if len(q.Lagging) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = e.save(ctx, w, "")
+			return fmt.Errorf("%w (waited %s; lagging: %s)", ErrQuiesceTimeout, e.cfg.QuiesceTimeout, strings.Join(q.Lagging, ", "))
+		}
+		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: "waiting for " + strings.Join(q.Lagging, ", ")})
+		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
+			return ctx.Err()
+		}
+	}
+}
+
+// erase erases every store not done yet, recording each.
+func (e *Eraser) erase(ctx context.Context, w *Erasure) error {
+	if err := e.addNewTables(ctx, w); err != nil {
+		return err
+	}
+	if err := e.save(ctx, w, ""); err != nil {
+		return err
+	}
+	for i := range w.Stores {
+		if w.Stores[i].State == StateDone {
+			continue
+		}
+		if err := e.eraseStore(ctx, w, i); err != nil {
+			return err
+		}
+		if err := e.save(ctx, w, ""); err != nil {
+			return err
+		}
+		if err := e.point(ctx, w.Tenant, "after-store"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verify counts every store again (and any table created since): a store
+// with something of the tenant left is erased once more, and unknown if
+// it still is.
+func (e *Eraser) verify(ctx context.Context, w *Erasure) error {
+	if err := e.addNewTables(ctx, w); err != nil {
+		return err
+	}
+	var unknown []string
+	for i := range w.Stores {
+		if err := e.check(ctx, w, i); err != nil {
+			return err
+		}
+		if w.Stores[i].State != StateDone {
+			if err := e.eraseStore(ctx, w, i); err != nil {
+				return err
+			}
+		}
+		if w.Stores[i].State != StateDone {
+			unknown = append(unknown, w.Stores[i].Name)
+		}
+	}
+	if len(unknown) > 0 {
+		_ = e.save(ctx, w, "")
+		return fmt.Errorf("%w: %s", ErrUnknownStores, strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+// Receipt is the erasure's proof, kept after the data is gone.
+type Receipt struct {
+	ReceiptID   string          `json:"receipt_id"`
+	Tenant      domain.TenantID `json:"tenant"`
+	Reason      string          `json:"reason"`
+	RequestedBy string          `json:"requested_by"`
+	StartedAt   time.Time       `json:"started_at"`
+	FinishedAt  time.Time       `json:"finished_at"`
+	Barrier     BarrierState    `json:"barrier"`
+	Quiesce     QuiesceState    `json:"quiesce"`
+	Stores      []ReceiptStore  `json:"stores"`
+	// ContentHash is the SHA-256 (hex) of the receipt's JSON encoding
+	// (encoding/json of this struct: fields in this order, no whitespace)
+	// with ContentHash empty.
+	ContentHash string `json:"content_hash"`
+}
+
+// ReceiptStore is one store in the receipt.
+type ReceiptStore struct {
+	Name         string    `json:"name"`
+	Kind         StoreKind `json:"kind"`
+	Mode         Mode      `json:"mode"`
+	State        string    `json:"state"`
+	Before       int64     `json:"count_before"`
+	After        int64     `json:"count_after"`
+	Verification string    `json:"verification_query"`
+	Result       int64     `json:"verification_result"`
+	VerifiedAt   time.Time `json:"verified_at"`
+	Note         string    `json:"note,omitempty"`
+}
+
+// Hash computes the receipt's content hash.
+func (r Receipt) Hash() string {
+	r.ContentHash = ""
+	raw, _ := json.Marshal(r)
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// Verify reports whether the receipt's content hash matches its content.
+func (r Receipt) Verify() bool { return r.ContentHash != "" && r.ContentHash == r.Hash() }
+
+// Counts is store name -> count before, the numbers a rerun must repeat.
+func (r Receipt) Counts() map[string]int64 {
+	out := map[string]int64{}
+	for _, s := range r.Stores {
+		out[s.Name] = s.Before
+	}
+	return out
+}
+
+// receipt writes the receipt and turns the tenant's row into an erased
+// tombstone (its display name removed).
+func (e *Eraser) receipt(ctx context.Context, w *Erasure) error {
+	finished := nowUTC()
+	r := Receipt{ReceiptID: w.ReceiptID, Tenant: w.Tenant, Reason: w.Reason, RequestedBy: w.RequestedBy,
+		StartedAt: w.StartedAt.UTC(), FinishedAt: finished, Barrier: w.Barrier, Quiesce: w.Quiesce}
+	for _, s := range w.Stores {
+		if s.State != StateDone || s.After == nil || s.VerifiedAt == nil {
+			return fmt.Errorf("%w: %s is %s", ErrUnknownStores, s.Name, s.State)
+		}
+		r.Stores = append(r.Stores, ReceiptStore{Name: s.Name, Kind: s.Kind, Mode: s.Mode, State: s.State, Before: s.Before,
+			After: *s.After, Verification: s.Verification, Result: *s.After, VerifiedAt: s.VerifiedAt.UTC(), Note: s.Note})
+	}
+	r.ContentHash = r.Hash()
+	w.Receipt, w.FinishedAt = &r, &finished
+	err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE tenants SET status = 'erased', name = '' WHERE id = $1 AND status <> 'erased'`, w.Tenant)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("mark the tenant erased: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,334 @@
+package tenancy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/db"
+)
+
+// StoreKind is what kind of store holds a tenant's data.
+type StoreKind string
+
+// Store kinds.
+const (
+	KindTable     StoreKind = "table"     // a tenant table of the schema (tenant_id, row-level security), found from the catalog
+	KindWatermill StoreKind = "watermill" // the relay's watermill-sql copy of the log (the tenant in each row's metadata)
+	KindAudit     StoreKind = "audit"     // tenant_audit, the platform calls about the tenant
+	KindBroker    StoreKind = "broker"    // the relay's NATS JetStream subjects <topic>.<tenant>.>
+	KindESDB      StoreKind = "esdb"      // an EventStoreDB log: the tenant's streams
+)
+
+// Mode is how a store's data of the tenant is erased, as the receipt
+// states it.
+type Mode string
+
+// Erasure modes (ARCHITECTURE decision 13).
+const (
+	// ModeHardDelete: the rows are deleted and a count query afterwards
+	// returned 0.
+	ModeHardDelete Mode = "hard_delete_verified"
+	// ModeAnonymized: the rows are kept (the platform's record of who did
+	// what) with the tenant, the caller's token tenant and the call's
+	// arguments replaced by a pseudonym of the receipt; a count of rows
+	// naming the tenant afterwards returned 0.
+	ModeAnonymized Mode = "anonymized"
+	// ModeBeyondUse: the store refuses the data from now on (EventStoreDB's
+	// deleted streams) but keeps the bytes until its own purge (a
+	// scavenge) runs.
+	ModeBeyondUse Mode = "beyond_use_until_scavenged"
+)
+
+// ModeFor is the mode each kind of store is erased in.
+func ModeFor(k StoreKind) Mode {
+	switch k {
+	case KindAudit:
+		return ModeAnonymized
+	case KindESDB:
+		return ModeBeyondUse
+	default:
+		return ModeHardDelete
+	}
+}
+
+const watermillTable = "watermill_strata_events"
+
+// eraserTx runs fn as strata_eraser under the tenant: its policies let it
+// see and delete the tenant's rows and nobody else's.
+func (e *Eraser) eraserTx(ctx context.Context, tenant domain.TenantID, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, e.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleEraser); err != nil {
+			return fmt.Errorf("become %s (the owner connection must be a member; run `strata migrate up`): %w", db.RoleEraser, err)
+		}
+		if err := db.SetTenant(ctx, tx, string(tenant)); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+func tableStore(table string, tenant domain.TenantID) StoreState {
+	return StoreState{Name: "table:" + table, Kind: KindTable, Mode: ModeFor(KindTable), State: StatePending,
+		Verification: fmt.Sprintf("SELECT count(*) FROM %s.%s WHERE tenant_id = '%s' -- as %s with app.tenant_id = '%s'",
+			db.Schema, pgx.Identifier{table}.Sanitize(), tenant, db.RoleEraser, tenant)}
+}
+
+func watermillStore(tenant domain.TenantID) StoreState {
+	return StoreState{Name: "table:" + watermillTable, Kind: KindWatermill, Mode: ModeFor(KindWatermill), State: StatePending,
+		Verification: fmt.Sprintf(`SELECT count(*) FROM %s."%s" WHERE metadata::jsonb->>'tenant' = '%s'`, db.Schema, watermillTable, tenant)}
+}
+
+func auditStore(tenant domain.TenantID) StoreState {
+	return StoreState{Name: "table:tenant_audit", Kind: KindAudit, Mode: ModeFor(KindAudit), State: StatePending,
+		Verification: fmt.Sprintf(`SELECT count(*) FROM %s.tenant_audit WHERE tenant = '%s' OR subject LIKE '%%@%s'`, db.Schema, tenant, tenant)}
+}
+
+// tenantTables lists the catalog's tenant tables (granting the eraser on
+// any that lacks it), the log first, then process-manager state (so that
+// no deadline fires for the tenant while the rest goes), then the rest by
+// name.
+func (e *Eraser) tenantTables(ctx context.Context) ([]string, error) {
+	tables, err := db.EnsureEraserGrants(ctx, e.cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	rank := func(t string) int {
+		switch {
+		case t == "events":
+			return 0
+		case strings.HasPrefix(t, "process_"):
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(tables, func(i, j int) bool {
+		if ri, rj := rank(tables[i]), rank(tables[j]); ri != rj {
+			return ri < rj
+		}
+		return tables[i] < tables[j]
+	})
+	return tables, nil
+}
+
+// count returns the store's count of the tenant's items now.
+func (e *Eraser) count(ctx context.Context, w *Erasure, s StoreState, before bool) (int64, error) {
+	var n int64
+	switch s.Kind {
+	case KindTable:
+		table := strings.TrimPrefix(s.Name, "table:")
+		err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{db.Schema, table}.Sanitize()).Scan(&n)
+		})
+		if err != nil && db.SQLState(err) == "42P01" { // dropped since (a rebuild's shadow table swapped away)
+			return 0, nil
+		}
+		return n, err
+	case KindWatermill:
+		err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{db.Schema, watermillTable}.Sanitize()+
+				` WHERE metadata::jsonb->>'tenant' = $1`, w.Tenant).Scan(&n)
+		})
+		return n, err
+	case KindAudit:
+		// Before: the rows up to the workflow's floor (auditFloor);
+		// after: every row naming the tenant, the erasure's own included.
+		floor := int64(1<<63 - 1)
+		if before {
+			floor = w.AuditFloor
+		}
+		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT count(*) FROM tenant_audit WHERE (tenant = $1 OR subject LIKE '%@' || $1) AND id <= $2`, w.Tenant, floor).Scan(&n)
+		})
+		return n, err
+	}
+	x := e.external(s.Name)
+	if x == nil {
+		return 0, fmt.Errorf("store %s is in the inventory but not configured in this process", s.Name)
+	}
+	return x.Count(ctx, w.Tenant)
+}
+
+func (e *Eraser) external(name string) ExternalStore {
+	for _, x := range e.cfg.External {
+		if x.Name() == name {
+			return x
+		}
+	}
+	return nil
+}
+
+// inventory lists every store of the tenant with its count before.
+func (e *Eraser) inventory(ctx context.Context, w *Erasure) error {
+	tables, err := e.tenantTables(ctx)
+	if err != nil {
+		return err
+	}
+	var stores []StoreState
+	for _, t := range tables {
+		stores = append(stores, tableStore(t, w.Tenant))
+	}
+	stores = append(stores, watermillStore(w.Tenant))
+	for _, x := range e.cfg.External {
+		stores = append(stores, StoreState{Name: x.Name(), Kind: x.Kind(), Mode: ModeFor(x.Kind()), State: StatePending,
+			Verification: x.Verification(w.Tenant)})
+	}
+	stores = append(stores, auditStore(w.Tenant))
+	for i := range stores {
+		n, err := e.count(ctx, w, stores[i], true)
+		if err != nil {
+			return fmt.Errorf("count %s: %w", stores[i].Name, err)
+		}
+		stores[i].Before = n
+	}
+	w.Stores = stores
+	return nil
+}
+
+// addNewTables puts tables created since the inventory (a rebuild's shadow
+// tables, a module migrated meanwhile) into it, counted now.
+func (e *Eraser) addNewTables(ctx context.Context, w *Erasure) error {
+	tables, err := e.tenantTables(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		name := "table:" + t
+		if slices.ContainsFunc(w.Stores, func(s StoreState) bool { return s.Name == name }) {
+			continue
+		}
+		s := tableStore(t, w.Tenant)
+		if s.Before, err = e.count(ctx, w, s, true); err != nil {
+			return fmt.Errorf("count %s: %w", name, err)
+		}
+		s.Note = "created after the inventory"
+		// Before the watermill, external and audit stores, which follow the tables.
+		at := slices.IndexFunc(w.Stores, func(x StoreState) bool { return x.Kind != KindTable })
+		if at < 0 {
+			at = len(w.Stores)
+		}
+		w.Stores = slices.Insert(w.Stores, at, s)
+	}
+	return nil
+}
+
+// eraseStore erases one store in its mode and verifies it.
+func (e *Eraser) eraseStore(ctx context.Context, w *Erasure, i int) error {
+	s := &w.Stores[i]
+	var done int64
+	report := func(n int64) {
+		done += n
+		e.progress(Progress{Tenant: w.Tenant, Step: StepErase, Store: s.Name, Done: done, Total: s.Before})
+	}
+	switch s.Kind {
+	case KindTable:
+		table := pgx.Identifier{db.Schema, strings.TrimPrefix(s.Name, "table:")}.Sanitize()
+		for {
+			var n int64
+			err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE ctid = ANY (ARRAY(SELECT ctid FROM `+table+` LIMIT $1))`, e.cfg.BatchSize)
+				n = tag.RowsAffected()
+				return err
+			})
+			if err != nil && db.SQLState(err) == "42P01" {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("delete from %s: %w", s.Name, err)
+			}
+			if n == 0 {
+				break
+			}
+			report(n)
+		}
+	case KindWatermill:
+		table := pgx.Identifier{db.Schema, watermillTable}.Sanitize()
+		for {
+			var n int64
+			err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE ("transaction_id", "offset") IN (SELECT "transaction_id", "offset" FROM `+table+
+					` WHERE metadata::jsonb->>'tenant' = $1 LIMIT $2)`, w.Tenant, e.cfg.BatchSize)
+				n = tag.RowsAffected()
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("delete from %s: %w", s.Name, err)
+			}
+			if n == 0 {
+				break
+			}
+			report(n)
+		}
+	case KindAudit:
+		if err := e.anonymizeAudit(ctx, w.Tenant, w.ReceiptID); err != nil {
+			return err
+		}
+	default:
+		x := e.external(s.Name)
+		if x == nil {
+			return fmt.Errorf("store %s is in the inventory but not configured in this process", s.Name)
+		}
+		if err := x.Erase(ctx, w.Tenant); err != nil {
+			return fmt.Errorf("erase %s: %w", s.Name, err)
+		}
+	}
+	return e.check(ctx, w, i)
+}
+
+// check counts the store after its erasure: done when nothing of the
+// tenant is left, unknown otherwise.
+func (e *Eraser) check(ctx context.Context, w *Erasure, i int) error {
+	s := &w.Stores[i]
+	n, err := e.count(ctx, w, *s, false)
+	if err != nil {
+		s.State = StateUnknown
+		s.Note = "verification failed: " + err.Error()
+		return nil
+	}
+	at := nowUTC()
+	s.After, s.VerifiedAt = &n, &at
+	if n == 0 {
+		s.State = StateDone
+		if strings.HasPrefix(s.Note, "verification failed") || strings.HasPrefix(s.Note, "rows left") {
+			s.Note = ""
+		}
+	} else {
+		s.State = StateUnknown
+		s.Note = fmt.Sprintf("rows left after erasure: %d", n)
+	}
+	return nil
+}
+
+// Pseudonym is what tenant_audit's tenant column says of an erased
+// tenant: a hash of the receipt and the tenant, the same on every rerun,
+// which tells the rows of one erased tenant apart from another's without
+// naming it.
+func Pseudonym(receiptID string, tenant domain.TenantID) string {
+	sum := sha256.Sum256([]byte(receiptID + ":" + string(tenant)))
+	return "erased-" + hex.EncodeToString(sum[:12])
+}
+
+// anonymizeAudit replaces the tenant in tenant_audit: the tenant column
+// by its pseudonym, a caller whose token was the tenant's by
+// "erased:<receipt>", and the call's arguments (names, reasons, quotas) by
+// {"erased": receipt}.
+func (e *Eraser) anonymizeAudit(ctx context.Context, tenant domain.TenantID, receiptID string) error {
+	return e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE tenant_audit SET
+			tenant = CASE WHEN tenant = $1 THEN $2 ELSE tenant END,
+			subject = CASE WHEN subject LIKE '%@' || $1 THEN 'erased:' || $3 ELSE subject END,
+			detail = jsonb_build_object('erased', $3::text)
+			WHERE tenant = $1 OR subject LIKE '%@' || $1`, tenant, Pseudonym(receiptID, tenant), receiptID)
+		if err != nil {
+			return fmt.Errorf("anonymize tenant_audit: %w", err)
+		}
+		return nil
+	})
+}
