@@ -80,8 +80,9 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 		cfg.Require = &req
 	}
 	dir := tenancy.NewDirectory(cfg)
+	// Loaded, and a member of the erasure's barrier, before serving anyone.
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	loadErr := dir.Load(lctx)
+	loadErr := dir.Join(lctx)
 	cancel()
 	if loadErr != nil {
 		// serve starts while its database comes up: the gate answers 503

@@ -719,3 +719,45 @@ func TestEraserRoleSeesOnlyItsTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestJoinAdmitsFromTheStart: a Directory that has joined, before its
+// listener runs, is a registered member and admits requests (serve admits
+// from its first request); a suspension committed before it joined is in
+// its copy; a Directory that has only loaded is fenced until it joins.
+func TestJoinAdmitsFromTheStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tenancy.StoreConfig{})
+	ctx := context.Background()
+	for _, id := range []domain.TenantID{"acme", "beta"} {
+		if _, err := b.store.Provision(ctx, b.actor, tenancy.ProvisionRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.store.Suspend(ctx, b.actor, "beta", "before the join"); err != nil {
+		t.Fatal(err)
+	}
+	loaded := tenancy.NewDirectory(tenancy.DirectoryConfig{Pool: b.app, Reload: time.Hour, Lease: 3 * time.Second})
+	if err := loaded.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := admit(loaded, "acme"); code != "unavailable" {
+		t.Errorf("a Directory that loaded but never joined admitted acme (%q): it is no member of the barrier", code)
+	}
+	dir := tenancy.NewDirectory(tenancy.DirectoryConfig{Pool: b.app, Reload: time.Hour, Lease: 3 * time.Second})
+	if err := dir.Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := admit(dir, "acme"); code != "" {
+		t.Errorf("acme refused after the join: %q", code)
+	}
+	if code := admit(dir, "beta"); code != "tenant_suspended" {
+		t.Errorf("beta, suspended before the join: %q, want tenant_suspended", code)
+	}
+	var members int
+	if err := adminConn(t, b).QueryRow(ctx, `SELECT count(*) FROM strata.tenant_directory_members WHERE member_id = $1`, dir.MemberID()).Scan(&members); err != nil {
+		t.Fatal(err)
+	}
+	if members != 1 {
+		t.Errorf("the joined Directory has %d rows in tenant_directory_members, want 1", members)
+	}
+}

@@ -142,6 +142,40 @@ func (d *Directory) heartbeat(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
+// Join makes this process a member before it serves anyone: it registers
+// (or renews its heartbeat) and then loads the whole directory, on a pool
+// connection, so that serve admits requests from its start rather than
+// answering 503 until Run's listener has heartbeated. Loading after
+// registering is what makes it safe: an erasure's `erasing` committed
+// before the registration is in the load; one committed after it finds
+// this process among the members and waits for its acknowledgement (Run
+// acknowledges the barrier's resent notifications). Without a lease it is
+// Load.
+func (d *Directory) Join(ctx context.Context) error {
+	if d.cfg.Lease <= 0 {
+		return d.Load(ctx)
+	}
+	start := d.now()
+	c, err := d.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	conn := c.Conn()
+	tag, err := conn.Exec(ctx, `UPDATE tenant_directory_members SET heartbeat_at = now() WHERE member_id = $1`, d.member.id)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = d.register(ctx, conn)
+	}
+	if err != nil {
+		return fmt.Errorf("join the tenant directory: %w", err)
+	}
+	if err := d.load(ctx, conn); err != nil {
+		return err
+	}
+	d.member.lastOK.Store(start.UnixNano())
+	return nil
+}
+
 // unregister removes this member's row when Run ends.
 func (d *Directory) unregister() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
