@@ -467,7 +467,7 @@ func scanRecords(rows pgx.Rows) ([]event.Record, error) {
 		}
 		r.Position = event.Position{Major: major, Minor: uint64(pos)}
 		r.SchemaVersion = int(sv)
-		if err := json.Unmarshal(meta, &r.Metadata); err != nil {
+		if r.Metadata, err = event.DecodeMetadata(meta); err != nil {
 			return nil, fmt.Errorf("decode metadata of %s/%d: %w", r.Stream, r.Version, err)
 		}
 		out = append(out, r)
