@@ -50,6 +50,7 @@ func (a *API) Register(r *mux.Router) {
 	a.registerExports(s)
 	a.registerTiers(s)
 	a.registerErasure(s)
+	a.registerAudit(s)
 }
 
 // TenantView is a tenant as the API and `strata tenants --json` show it.
