@@ -19,5 +19,5 @@ const RouteConsole = "console"
 func mountConsole(r *mux.Router) {
 	h := console.Handler()
 	r.Handle(console.Prefix, h).Methods(http.MethodGet, http.MethodHead).Name(RouteConsole)
-	r.PathPrefix(console.Prefix + "/").Handler(h).Methods(http.MethodGet, http.MethodHead).Name(RouteConsole)
+	r.PathPrefix(console.Prefix+"/").Handler(h).Methods(http.MethodGet, http.MethodHead).Name(RouteConsole)
 }

@@ -29,7 +29,7 @@ const (
 // owner connection) answers 503 with what to set.
 type API struct {
 	store   *tenancy.Store
-	exports *portability.Jobs // exports.go
+	exports *portability.Jobs       // exports.go
 	hitters *telemetry.HeavyHitters // tiers.go
 	erase   *eraseJobs // erase.go
 }

@@ -32,7 +32,9 @@ func (a *API) auditTrail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	bad := func(msg string) { httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, msg)) }
+	bad := func(msg string) {
+		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, msg))
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		bad("the query string is malformed")
