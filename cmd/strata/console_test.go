@@ -336,7 +336,17 @@ func TestConsoleTenantsSuspendResume(t *testing.T) {
 	}
 	b.screenshot("tenant-beta-resumed")
 
+	// An export of acme, followed to its archive; beta's erasure status
+	// (it has none: the API's 404 message shows).
+	b.do("export acme", chromedp.Click("#export-acme"))
+	b.until("the export is done", `document.querySelector('#archive-acme') !== null`)
+	b.screenshot("tenant-acme-exported")
+	b.do("erasure of beta", chromedp.Click("#erasure-beta"))
+	b.until("no erasure of beta", has("#tenant-result", "error:")+" && "+has("#tenant-result", "HTTP 404"))
+	b.screenshot("tenant-beta-no-erasure")
+
 	b.do("open who did what", chromedp.Navigate(base+"/console/#/audit"))
-	b.until("the platform trail", has("#audit-platform-table", "suspend")+" && "+has("#audit-platform-table", "resume")+" && "+has("#audit-platform-table", "api:bob@ops"))
+	b.until("the platform trail", has("#audit-platform-table", "suspend")+" && "+has("#audit-platform-table", "resume")+" && "+
+		has("#audit-platform-table", "export_start")+" && "+has("#audit-platform-table", "api:bob@ops"))
 	b.screenshot("audit-platform")
 }

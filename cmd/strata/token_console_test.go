@@ -22,11 +22,11 @@ func TestTokenConsoleURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		args       []string
-		base       string
-		tenant     string
-		scopes     []string
-		ttl        time.Duration
+		args        []string
+		base        string
+		tenant      string
+		scopes      []string
+		ttl         time.Duration
 		crossTenant bool
 	}{
 		{[]string{"--console"}, "http://127.0.0.1:9999", devTenant, []string{auth.ScopeAdmin}, consoleTTL, false},

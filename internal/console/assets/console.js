@@ -519,8 +519,17 @@
   }
 
   async function showErasure(id, box) {
+    // Read only: an erasure is started with `strata tenants erase` or the
+    // API, deliberately not with one click here.
     const e = await api('GET', '/v1/platform/tenants/' + enc(id) + '/erasure');
-    box.replaceChildren(h('div', { class: 'result', id: 'erasure-result' }, h('h3', { text: 'Erasure of ' + id }), json(e)));
+    box.replaceChildren(h('div', { class: 'result', id: 'erasure-result' },
+      h('h3', { text: 'Erasure of ' + id }),
+      h('p', { text: 'requested by ' + e.requested_by + ' (' + e.reason + '), started ' + when(e.started_at) + ', updated ' + when(e.updated_at) + ', receipt ' + e.receipt_id }),
+      e.last_error ? h('p', { role: 'alert', text: 'error: ' + e.last_error }) : '',
+      table('Steps done', ['Step', 'At'], Object.entries(e.steps || {}).map(([k, v]) => row(k, when(v))), 'erasure-steps'),
+      table('Stores', ['Store', 'Kind', 'Mode', 'State', 'Rows before', 'Rows after', 'Verification'],
+        (e.stores || []).map((x) => row(x.name, x.kind, x.mode, state(x.state), String(x.count_before), x.count_after === undefined ? '' : String(x.count_after), x.verification + (x.note ? ' — ' + x.note : ''))), 'erasure-stores'),
+      e.receipt ? h('div', {}, h('h4', { text: 'Receipt ' + (e.receipt.receipt_id || '') }), h('p', { text: 'content hash ' + e.receipt.content_hash }), json(e.receipt)) : h('p', { text: 'no receipt yet: the erasure has not finished' })));
   }
 
   // Who did what: the tenant's admin_audit and the platform's tenant_audit.
