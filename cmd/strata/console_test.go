@@ -267,7 +267,24 @@ func TestConsoleDeadLetterRetryAndRebuild(t *testing.T) {
 		t.Fatalf("the order after the retry: %d %s", st, body)
 	}
 
+	// Lag, deterministically: a transaction holds the order's row, so
+	// order_details cannot apply the next line; the page shows it behind,
+	// then caught up once the transaction ends.
 	b.do("back to the projections", chromedp.Navigate(base+"/console/#/projections"))
+	hold, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM strata.order_details WHERE tenant_id = 'acme' AND order_id = 'ghost' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	command("/v1/orders/ghost/lines", `{"product_id":"p-2","quantity":1,"unit_price":{"amount":50,"currency":"EUR"}}`)
+	b.until("order_details is behind", `Number(document.querySelector('#projections tr[data-projection="order_details"] td[data-col="lag_events"]')?.textContent) > 0`)
+	b.screenshot("projections-lag-behind")
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	b.until("no parked stream, no dead letter, no lag", is(`#projections tr[data-projection="order_details"] td[data-col="parked"]`, "0")+` && `+
 		is(`#projections tr[data-projection="order_details"] td[data-col="letters"]`, "0")+` && `+
 		is(`#projections tr[data-projection="order_details"] td[data-col="lag_events"]`, "0"))
@@ -284,8 +301,31 @@ func TestConsoleDeadLetterRetryAndRebuild(t *testing.T) {
 	b.until("the rebuild finishes", `document.querySelector('#rebuild-job')?.dataset.state === 'done'`)
 	b.screenshot("rebuild-done")
 
+	// A second poison, discarded with a reason from the page.
+	if _, err := conn.Exec(ctx, `DELETE FROM strata.order_details WHERE tenant_id = 'acme' AND order_id = 'ghost'`); err != nil {
+		t.Fatal(err)
+	}
+	command("/v1/orders/ghost/lines", `{"product_id":"p-3","quantity":1,"unit_price":{"amount":10,"currency":"EUR"}}`)
+	waitUntil(t, 15*time.Second, func() bool {
+		_, body, _ := apiCall(t, nil, base, acme, http.MethodGet, "/v1/admin/dead-letters?projection=order_details", "")
+		return strings.Contains(string(body), `"status":"parked"`)
+	}, "the second poison is parked")
+	b.do("the parked letters", chromedp.Navigate(base+"/console/#/dead-letters?projection=order_details"))
+	b.until("the new letter is listed", `document.querySelectorAll('#dead-letters tbody a').length === 1`)
+	b.do("open it", chromedp.Click(`#dead-letters tbody a`))
+	b.until("its page", has("#letter", "parked"))
+	b.do("discard it", chromedp.SendKeys("#discard-reason", "the order's row is gone for good"), chromedp.Click("#discard"))
+	b.until("discarded", has("#discard-result", "discarded by api:alice@acme: the order's row is gone for good")+" && "+has("#letter", "discarded"))
+	b.screenshot("discarded")
+
+	// The process managers' page answers (no process runs in this test:
+	// an empty list, counted).
+	b.do("open the process managers", chromedp.Navigate(base+"/console/#/processes"))
+	b.until("the instances", has("#pm-instances", "0 instance(s)"))
+
 	b.do("open who did what", chromedp.Navigate(base+"/console/#/audit"))
-	b.until("the audit trail", has("#audit-admin-table", "retry")+" && "+has("#audit-admin-table", "rebuild")+" && "+has("#audit-admin-table", "alice"))
+	b.until("the audit trail", has("#audit-admin-table", "retry")+" && "+has("#audit-admin-table", "rebuild")+" && "+
+		has("#audit-admin-table", "discard")+" && "+has("#audit-admin-table", "alice"))
 	b.until("the platform trail is refused without the platform scope", has("#audit-platform", "error:"))
 	b.screenshot("audit")
 }
