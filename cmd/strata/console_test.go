@@ -86,11 +86,11 @@ func newBrowser(t *testing.T, name string) *browser {
 	return &browser{t: t, ctx: ctx, name: name}
 }
 
-// do runs steps within 20 s; a failure saves a screenshot of the page as
+// do runs steps within 40 s; a failure saves a screenshot of the page as
 // it was and fails the test.
 func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, 40*time.Second)
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		b.screenshot("FAILED-" + strings.ReplaceAll(what, " ", "-"))
@@ -102,7 +102,7 @@ func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 func (b *browser) until(what, expr string) {
 	b.t.Helper()
 	b.do(what, chromedp.Action[chromedp.Void](func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
-		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(15*time.Second))(ctx, t)
+		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second))(ctx, t)
 		return chromedp.Void{}, err
 	}))
 }
