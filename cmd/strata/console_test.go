@@ -369,7 +369,10 @@ func TestConsoleTenantsSuspendResume(t *testing.T) {
 		t.Fatalf("suspending beta changed acme: %q", s)
 	}
 	b.screenshot("tenant-beta-suspended")
-	b.do("resume beta", chromedp.Click("#resume-beta"))
+	if f := b.text(`document.activeElement ? document.activeElement.id : ''`); f != "resume-beta" {
+		t.Errorf("after suspending, the keyboard focus is on %q, want the resume button", f)
+	}
+	b.do("resume beta by keyboard", chromedp.KeyEvent("\r"))
 	b.until("beta is active again", `document.querySelector('#tenants tr[data-tenant="beta"] [data-status]')?.dataset.status === 'active'`)
 	if s := status("beta"); s != "active" {
 		t.Fatalf("the page shows beta resumed, the API says %q", s)

@@ -457,12 +457,14 @@
           const v = await api('POST', '/v1/platform/tenants/' + enc(t.id) + '/resume');
           say('tenant ' + v.id + ' is now ' + v.status);
           await route();
+          $('suspend-' + t.id)?.focus(); // the keyboard stays on the tenant's row
         }) } }));
       } else if (t.status === 'active') {
         actions.append(reason, h('button', { type: 'button', id: 'suspend-' + t.id, text: 'Suspend ' + t.id, on: { click: () => act(async () => {
           const v = await api('POST', '/v1/platform/tenants/' + enc(t.id) + '/suspend', { reason: reason.value || 'suspended from the console' });
           say('tenant ' + v.id + ' is now ' + v.status);
           await route();
+          $('resume-' + t.id)?.focus();
         }) } }));
       }
       actions.append(h('button', { type: 'button', id: 'export-' + t.id, text: 'Export ' + t.id, on: { click: () => act(() => startExport(t.id, result)) } }));
@@ -625,10 +627,12 @@
       say('logged out');
       showLogin();
     });
-    window.addEventListener('hashchange', () => {
+    window.addEventListener('hashchange', async () => {
       if (/^#token=/.test(location.hash)) takeFragmentToken();
       say('');
-      route();
+      await route();
+      // A new page: keyboard and screen-reader users start at its content.
+      if (token) $('main').focus({ preventScroll: true });
     });
     await detectErasure();
     route();
