@@ -31,7 +31,7 @@ type API struct {
 	store   *tenancy.Store
 	exports *portability.Jobs       // exports.go
 	hitters *telemetry.HeavyHitters // tiers.go
-	erase   *eraseJobs // erase.go
+	erase   *eraseJobs              // erase.go
 }
 
 // New returns the API.
