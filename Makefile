@@ -25,8 +25,14 @@ run: build ## run strata serve on a private PostgreSQL (or $$DATABASE_URL) and p
 # otherwise the target says what to run.
 PGBOUNCER ?= $(shell command -v pgbouncer 2>/dev/null || ls /usr/sbin/pgbouncer 2>/dev/null)
 
+CHROMIUM ?= $(shell ls /usr/bin/chromium 2>/dev/null)
+
 .PHONY: deps
-deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer) when it is missing
+deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer and chromium) when it is missing
+	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium
+
+.PHONY: deps/pgbouncer
+deps/pgbouncer:
 	@if [ -n "$(PGBOUNCER)" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
 		echo "make deps: pgbouncer is not installed and this is not root: run 'sudo apt-get install -y pgbouncer' (Debian/Ubuntu), or set PGBOUNCER=/path/to/pgbouncer"; exit 1; \
@@ -37,6 +43,21 @@ deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbounce
 		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer; } || \
 		{ echo "make deps: apt-get install pgbouncer failed"; exit 1; }; \
 	pgbouncer --version | head -n 1
+
+# Chromium: the console's browser tests (cmd/strata/console_test.go) drive
+# Debian's headless chromium through chromedp. Installed the same way.
+.PHONY: deps/chromium
+deps/chromium:
+	@if [ -n "$(CHROMIUM)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "make deps: chromium is not installed and this is not root: run 'sudo apt-get install -y chromium' (Debian/Ubuntu)"; exit 1; \
+	fi; \
+	command -v apt-get >/dev/null || { echo "make deps: chromium is not installed and there is no apt-get: install Chromium as /usr/bin/chromium"; exit 1; }; \
+	echo "make deps: installing chromium (apt-get)"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
+		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } || \
+		{ echo "make deps: apt-get install chromium failed"; exit 1; }; \
+	/usr/bin/chromium --version | head -n 1
 
 .PHONY: test
 test: deps ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly

@@ -35,6 +35,7 @@ Usage:
   strata replay  status|rebuild|dlq ...                             projections' status, rebuilds, dead letters (replay help)
   strata tenants list|show|provision|suspend|resume|quotas ...      the tenant directory (tenants help)
   strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token (--scope platform: the directory's routes)
+  strata token   --console [--tenant T --scope admin,platform]     print a login URL of the console (/console, docs/console.md)
   strata bench   [--quick] [--out FILE] [--workloads a,b]          measure hot paths against raw PostgreSQL
   strata db      reset                                              stop the embedded PostgreSQL and delete its data
   strata version                                                    print the version

@@ -303,6 +303,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		readinessCheck{"database_logins", pools.checkLogins})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
 	mountOpenAPI(a.router)
+	mountConsole(a.router)
 	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
 	if tracing {
 		a.router.Use(telemetry.NameSpanByRoute)

@@ -82,6 +82,9 @@ var rules = []rule{
 		Why: "readmodels reads tables; only the query API needs projections (lag and positions)"},
 	{Under: "replay", Banned: append([]string{"commands", "readmodels", "cmd"}, adapters...), Allowed: []string{"commands/process"},
 		Why: "replay rebuilds through projections and the port (and retries process managers' parked instances through their runtime)"},
+	{Under: "internal/console", StdlibOnly: true, Allowed: []string{"internal/httpapi"},
+		Banned: []string{"domain", "eventstore", "commands", "projections", "readmodels", "replay", "internal", "cmd"},
+		Why:    "the console is static files whose script speaks to the HTTP API: it knows the API's JSON, not the engine (only httpapi, for the one error shape)"},
 	{Under: "internal", Banned: append([]string{"cmd"}, adapters...),
 		Why: "shared infrastructure does not wire concrete stores (the harnesses that stand up a whole system live under cmd/)"},
 }

@@ -230,6 +230,7 @@ func (b *headBound) readHead(ctx context.Context, rd *headRead) {
 func (a *API) RegisterAdmin(r *mux.Router) {
 	r.Handle("/v1/admin/projections", httpapi.RequireScope(auth.ScopeAdmin)(http.HandlerFunc(a.adminProjections))).
 		Methods(http.MethodGet).Name(RouteAdminProjection)
+	r.Handle("/v1/admin/audit", httpapi.RequireScope(auth.ScopeAdmin)(http.HandlerFunc(a.adminAudit))).Methods(http.MethodGet).Name(RouteAdminAudit)
 }
 
 // Register adds a module's query routes to r, which must already

@@ -29,9 +29,9 @@ const (
 // owner connection) answers 503 with what to set.
 type API struct {
 	store   *tenancy.Store
-	exports *portability.Jobs // exports.go
+	exports *portability.Jobs       // exports.go
 	hitters *telemetry.HeavyHitters // tiers.go
-	erase   *eraseJobs // erase.go
+	erase   *eraseJobs              // erase.go
 }
 
 // New returns the API.
@@ -50,6 +50,7 @@ func (a *API) Register(r *mux.Router) {
 	a.registerExports(s)
 	a.registerTiers(s)
 	a.registerErasure(s)
+	a.registerAudit(s)
 }
 
 // TenantView is a tenant as the API and `strata tenants --json` show it.
