@@ -42,8 +42,9 @@ type Config struct {
 	Middleware []Middleware
 	// CacheSize is how many recently written streams' histories are kept
 	// in memory, saving the read before the append of the next command on
-	// the same aggregate (default 10,000; negative disables). Correctness does
-	// not depend on it: appends carry the exact expected version.
+	// the same aggregate (default 2,048, the streams being written now;
+	// negative disables). Correctness does not depend on it: appends carry
+	// the exact expected version.
 	CacheSize int
 }
 
@@ -55,7 +56,7 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 	if c.CacheSize == 0 {
-		c.CacheSize = 10_000
+		c.CacheSize = 2048
 	}
 }
 
