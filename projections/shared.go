@@ -51,6 +51,11 @@ type readerState struct {
 // before the others stop waiting for it (it failed, or stopped).
 const readerIdle = time.Second
 
+// readerGone is how long a reader may go without reading before it no
+// longer keeps batches in the window (it stopped, or stands by): when it
+// reads again, it reads for itself.
+const readerGone = 10 * time.Second
+
 // SharedStats counts how batches were obtained.
 type SharedStats struct {
 	Reads, Shared int64
@@ -125,6 +130,7 @@ func (s *SharedReads) read(ctx context.Context, reader any, after event.Position
 			s.load(ctx, k, b)
 		} else {
 			s.stats.Shared++
+			s.dropPassedLocked() // this reader has moved: what all have passed goes
 			s.mu.Unlock()
 			select {
 			case <-b.done:
@@ -208,6 +214,42 @@ func (s *SharedReads) throttle(ctx context.Context, reader any, k batchKey) erro
 	}
 }
 
+// dropPassedLocked drops the batches that no reader can ask for again:
+// every reader seen within readerGone has read past them (a reader's
+// position only moves forward; one set back, by a rebuild, reads afresh).
+// Without it the last full batches of a catch-up (the backlog of an outage,
+// a long transaction elsewhere) stayed in memory until the next catch-up,
+// up to keep batches of every runner's events: the soak (R18) saw a serving
+// process's heap grow in steps after every fault.
+func (s *SharedReads) dropPassedLocked() {
+	now := time.Now()
+	for r, st := range s.readers {
+		if now.Sub(st.seen) > readerGone {
+			delete(s.readers, r)
+		}
+	}
+	kept := s.order[:0]
+	for _, e := range s.order {
+		if s.batches[e.key] != e.batch {
+			continue
+		}
+		needed := false
+		for _, st := range s.readers {
+			if !e.key.after.Less(st.after) { // not read past it yet
+				needed = true
+				break
+			}
+		}
+		if needed {
+			kept = append(kept, e)
+		} else {
+			delete(s.batches, e.key)
+		}
+	}
+	clear(s.order[len(kept):]) // no stale pointers beyond the kept entries
+	s.order = kept
+}
+
 // load reads and decodes the batch, then publishes it (evicting the
 // oldest batches, and dropping it again unless it is full).
 func (s *SharedReads) load(ctx context.Context, k batchKey, b *sharedBatch) {
@@ -228,6 +270,7 @@ func (s *SharedReads) load(ctx context.Context, k batchKey, b *sharedBatch) {
 }
 
 func (s *SharedReads) evictLocked() {
+	s.dropPassedLocked()
 	for len(s.order) > 0 {
 		oldest := s.order[0]
 		if b, ok := s.batches[oldest.key]; ok && b == oldest.batch && len(s.batches) <= s.keep {

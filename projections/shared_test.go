@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/strata-es/strata/domain/event"
 )
@@ -93,3 +94,47 @@ const happenedType = "test.happened"
 func (happened) EventType() string { return happenedType }
 
 var happenedCodec = event.Codec{Type: happenedType, Version: 1, New: func() event.Payload { return &happened{} }}
+
+// TestSharedReadsDropsPassedBatches: once every reader has read past a
+// batch it leaves the window, so the end of a catch-up keeps no memory; a
+// reader gone quiet (stopped, standing by) does not keep batches either.
+func TestSharedReadsDropsPassedBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	log := &memLog{}
+	log.add(20)
+	s := NewSharedReads(log, event.NewRegistry(happenedCodec), 8)
+	a, b, gone := new(int), new(int), new(int)
+	kept := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.batches)
+	}
+	for _, r := range []any{a, b} {
+		for after := 0; after < 12; after += 4 {
+			if _, err := s.read(ctx, r, event.Position{Major: uint64(after), Minor: uint64(after)}, 4, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Both are at 8: the batch after 8 is theirs; the two before are passed.
+	if n := kept(); n != 1 {
+		t.Fatalf("%d batches kept while both readers are past all but the last, want 1", n)
+	}
+	// A reader that has not read for longer than readerGone, far behind,
+	// keeps nothing.
+	if _, err := s.read(ctx, gone, event.Position{}, 4, true); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.readers[gone].seen = time.Now().Add(-2 * readerGone)
+	s.mu.Unlock()
+	for _, r := range []any{a, b} {
+		if _, err := s.read(ctx, r, event.Position{Major: 16, Minor: 16}, 4, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := kept(); n != 1 {
+		t.Fatalf("%d batches kept once both readers follow the head and the third has gone quiet, want 1 (the last read)", n)
+	}
+}
