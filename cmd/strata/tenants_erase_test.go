@@ -306,10 +306,26 @@ func TestTenantErasureEndToEnd(t *testing.T) {
 	if st, raw := platformCall(t, base, http.MethodPost, "/v1/platform/tenants/beta/erase", `{"reason":"over HTTP"}`); st != http.StatusAccepted {
 		t.Fatalf("POST erase: %d %s", st, raw)
 	}
+	var last []byte
+	defer func() {
+		if t.Failed() {
+			t.Logf("the erasure of beta as last read: %s", last)
+		}
+	}()
 	waitUntil(t, 60*time.Second, func() bool {
 		st, raw := platformCall(t, base, http.MethodGet, "/v1/platform/tenants/beta/erasure", "")
+		last = raw
+		if st != http.StatusOK {
+			return false
+		}
 		var w tenancy.Erasure
-		return st == http.StatusOK && json.Unmarshal(raw, &w) == nil && w.Receipt != nil && w.Receipt.Verify()
+		if err := json.Unmarshal(raw, &w); err != nil {
+			t.Fatalf("the erasure of beta does not decode: %v\n%s", err, raw)
+		}
+		if w.Receipt != nil && !w.Receipt.Verify() {
+			t.Fatalf("the receipt of beta's erasure does not verify (content hash %s, recomputed %s):\n%s", w.Receipt.ContentHash, w.Receipt.Hash(), raw)
+		}
+		return w.Receipt != nil
 	}, "the HTTP erasure of beta finishes")
 	for tb, n := range catalogRows(t, conn, "beta") {
 		if n != 0 {

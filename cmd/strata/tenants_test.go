@@ -52,11 +52,20 @@ func platformCall(t *testing.T, base, method, path, body string) (int, []byte) {
 	return status, raw
 }
 
+// provisionOver provisions tenant through base's platform route and waits
+// until base serves it: the directory's push reaches a serving process,
+// the one that took the call included, after the commit (docs/tenants.md,
+// the measured bound), so a request sent at once may still be refused.
 func provisionOver(t *testing.T, base, tenant string) {
 	t.Helper()
 	if status, raw := platformCall(t, base, http.MethodPost, "/v1/platform/tenants", `{"id":"`+tenant+`","name":"Tenant `+tenant+`"}`); status != http.StatusOK {
 		t.Fatalf("provision %s: %d %s", tenant, status, raw)
 	}
+	tok := tenantToken(t, tenant)
+	waitUntil(t, 10*time.Second, func() bool {
+		status, raw, _ := apiCall(t, nil, base, tok, http.MethodGet, "/v1/orders", "")
+		return status != http.StatusForbidden || errorCode(raw) != "tenant_unknown"
+	}, "serve admits the provisioned tenant "+tenant)
 }
 
 // TestTenantSuspensionReachesEveryServer: two serving processes on one
