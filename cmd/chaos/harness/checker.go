@@ -173,24 +173,31 @@ func checkHistory(ops []*Op, events []logEvent) historyVerdict {
 			v.example("PHANTOM: %d event(s) with command id %q that no command of the history has, e.g. %s/%s v%d", len(evs), id, evs[0].Tenant, evs[0].Stream, evs[0].Version)
 		}
 	}
-	// Versions per stream: 1..n, each once (events is ordered by stream
-	// and version).
+	// Versions per stream: 1..n, each once.
+	v.Streams, v.Gaps = streamGaps(events, v.example)
+	return v
+}
+
+// streamGaps counts the streams of events (ordered by tenant, stream and
+// version) and those whose versions are not 1..n, each once, reporting
+// each gap to example.
+func streamGaps(events []logEvent, example func(format string, args ...any)) (streams, gaps int) {
 	for i := 0; i < len(events); {
 		j := i
 		for j < len(events) && events[j].Tenant == events[i].Tenant && events[j].Stream == events[i].Stream {
 			j++
 		}
-		v.Streams++
+		streams++
 		for k := i; k < j; k++ {
 			if want := int64(k - i + 1); events[k].Version != want {
-				v.Gaps++
-				v.example("VERSION GAP: %s/%s has version %d where %d belongs", events[k].Tenant, events[k].Stream, events[k].Version, want)
+				gaps++
+				example("VERSION GAP: %s/%s has version %d where %d belongs", events[k].Tenant, events[k].Stream, events[k].Version, want)
 				break
 			}
 		}
 		i = j
 	}
-	return v
+	return streams, gaps
 }
 
 func versions(evs []logEvent) string {

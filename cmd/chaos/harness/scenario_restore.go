@@ -380,20 +380,7 @@ func checkRestoredHistory(ops []*Op, events []logEvent, rpBegan, rpDone time.Tim
 			v.example("PHANTOM: %d event(s) with command id %q, e.g. %s/%s v%d", len(evs), id, evs[0].Tenant, evs[0].Stream, evs[0].Version)
 		}
 	}
-	for i := 0; i < len(events); {
-		j := i
-		for j < len(events) && events[j].Tenant == events[i].Tenant && events[j].Stream == events[i].Stream {
-			j++
-		}
-		for k := i; k < j; k++ {
-			if want := int64(k - i + 1); events[k].Version != want {
-				v.gaps++
-				v.example("VERSION GAP: %s/%s has version %d where %d belongs", events[k].Tenant, events[k].Stream, events[k].Version, want)
-				break
-			}
-		}
-		i = j
-	}
+	_, v.gaps = streamGaps(events, v.example)
 	return v
 }
 
