@@ -312,7 +312,9 @@ func TestTenantErasureEndToEnd(t *testing.T) {
 			t.Logf("the erasure of beta as last read: %s", last)
 		}
 	}()
-	waitUntil(t, 60*time.Second, func() bool {
+	// Beyond the job's own barrier and quiescence timeouts (1 minute
+	// each), so that a job that gives up is seen here as such.
+	waitUntil(t, 150*time.Second, func() bool {
 		st, raw := platformCall(t, base, http.MethodGet, "/v1/platform/tenants/beta/erasure", "")
 		last = raw
 		if st != http.StatusOK {
