@@ -216,6 +216,16 @@ func (a *API) transition(w http.ResponseWriter, r *http.Request, op func(ctx con
 }
 
 func (a *API) quotas(w http.ResponseWriter, r *http.Request) {
+	updateTenant(a, w, r, func(ctx context.Context, actor tenancy.Actor, id domain.TenantID, q tenancy.Quotas) (tenancy.Tenant, error) {
+		return a.store.SetQuotas(ctx, actor, id, q)
+	})
+}
+
+// updateTenant is the shape of the routes that change one tenant with a
+// JSON body (quotas, tier, cohort, retention): the platform capability,
+// the path's tenant, the strictly decoded body, the Store's call, and the
+// tenant as it is now.
+func updateTenant[Req any](a *API, w http.ResponseWriter, r *http.Request, apply func(context.Context, tenancy.Actor, domain.TenantID, Req) (tenancy.Tenant, error)) {
 	actor, ok := a.ready(w, r)
 	if !ok {
 		return
@@ -224,12 +234,12 @@ func (a *API) quotas(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var q tenancy.Quotas
-	if err := httpapi.DecodeJSON(w, r, &q); err != nil {
+	var req Req
+	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
 		httpapi.WriteError(w, r, err)
 		return
 	}
-	t, err := a.store.SetQuotas(r.Context(), actor, id, q)
+	t, err := apply(r.Context(), actor, id, req)
 	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return

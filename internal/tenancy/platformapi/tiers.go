@@ -1,12 +1,14 @@
 package platformapi
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/gorilla/mux"
 
+	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/internal/tenancy"
@@ -107,25 +109,9 @@ type tenantTierRequest struct {
 }
 
 func (a *API) tenantTier(w http.ResponseWriter, r *http.Request) {
-	actor, ok := a.ready(w, r)
-	if !ok {
-		return
-	}
-	id, ok := pathTenant(w, r)
-	if !ok {
-		return
-	}
-	var req tenantTierRequest
-	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	t, err := a.store.SetTier(r.Context(), actor, id, req.Tier)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	httpapi.WriteJSON(w, http.StatusOK, View(t))
+	updateTenant(a, w, r, func(ctx context.Context, actor tenancy.Actor, id domain.TenantID, req tenantTierRequest) (tenancy.Tenant, error) {
+		return a.store.SetTier(ctx, actor, id, req.Tier)
+	})
 }
 
 type cohortRequest struct {
@@ -133,47 +119,15 @@ type cohortRequest struct {
 }
 
 func (a *API) cohort(w http.ResponseWriter, r *http.Request) {
-	actor, ok := a.ready(w, r)
-	if !ok {
-		return
-	}
-	id, ok := pathTenant(w, r)
-	if !ok {
-		return
-	}
-	var req cohortRequest
-	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	t, err := a.store.SetCohort(r.Context(), actor, id, req.Cohort)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	httpapi.WriteJSON(w, http.StatusOK, View(t))
+	updateTenant(a, w, r, func(ctx context.Context, actor tenancy.Actor, id domain.TenantID, req cohortRequest) (tenancy.Tenant, error) {
+		return a.store.SetCohort(ctx, actor, id, req.Cohort)
+	})
 }
 
 func (a *API) retention(w http.ResponseWriter, r *http.Request) {
-	actor, ok := a.ready(w, r)
-	if !ok {
-		return
-	}
-	id, ok := pathTenant(w, r)
-	if !ok {
-		return
-	}
-	var req map[string]string
-	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	t, err := a.store.SetRetention(r.Context(), actor, id, req)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	httpapi.WriteJSON(w, http.StatusOK, View(t))
+	updateTenant(a, w, r, func(ctx context.Context, actor tenancy.Actor, id domain.TenantID, windows map[string]string) (tenancy.Tenant, error) {
+		return a.store.SetRetention(ctx, actor, id, windows)
+	})
 }
 
 // HeavyHittersView is GET /v1/platform/heavy-hitters's answer: this
