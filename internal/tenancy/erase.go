@@ -170,20 +170,24 @@ func NewEraser(cfg EraserConfig) (*Eraser, error) {
 // Erasure is a tenant's workflow row, as `strata tenants status` and GET
 // /v1/platform/tenants/{id}/erasure show it.
 type Erasure struct {
-	Tenant      domain.TenantID      `json:"tenant"`
-	ReceiptID   string               `json:"receipt_id"`
-	Reason      string               `json:"reason"`
-	RequestedBy string               `json:"requested_by"`
-	AuditFloor  int64                `json:"-"`
-	StartedAt   time.Time            `json:"started_at"`
-	UpdatedAt   time.Time            `json:"updated_at"`
-	Steps       map[string]time.Time `json:"steps"`
-	Barrier     BarrierState         `json:"barrier"`
-	Quiesce     QuiesceState         `json:"quiesce"`
-	Stores      []StoreState         `json:"stores"`
-	LastError   string               `json:"last_error,omitempty"`
-	Receipt     *Receipt             `json:"receipt,omitempty"`
-	FinishedAt  *time.Time           `json:"finished_at,omitempty"`
+	Tenant      domain.TenantID `json:"tenant"`
+	ReceiptID   string          `json:"receipt_id"`
+	Reason      string          `json:"reason"`
+	RequestedBy string          `json:"requested_by"`
+	AuditFloor  int64           `json:"-"`
+	// auditThrough is the last tenant_audit row this run anonymized: the
+	// rows after it record calls made while the erasure ran (a status read
+	// over HTTP, say), which the verification does not wait for.
+	auditThrough int64
+	StartedAt    time.Time            `json:"started_at"`
+	UpdatedAt    time.Time            `json:"updated_at"`
+	Steps        map[string]time.Time `json:"steps"`
+	Barrier      BarrierState         `json:"barrier"`
+	Quiesce      QuiesceState         `json:"quiesce"`
+	Stores       []StoreState         `json:"stores"`
+	LastError    string               `json:"last_error,omitempty"`
+	Receipt      *Receipt             `json:"receipt,omitempty"`
+	FinishedAt   *time.Time           `json:"finished_at,omitempty"`
 }
 
 // NextStep is the first step not done ("" when finished).
@@ -359,7 +363,7 @@ func (e *Eraser) Begin(ctx context.Context, a Actor, tenant domain.TenantID, rea
 		// Finished: the call just audited is anonymized like the others;
 		// an error recorded after the receipt (a crash at its failpoint)
 		// is moot.
-		if err := e.anonymizeAudit(ctx, tenant, w.ReceiptID); err != nil {
+		if _, err := e.anonymizeAudit(ctx, tenant, w.ReceiptID); err != nil {
 			return w, err
 		}
 		if w.LastError != "" {

@@ -139,10 +139,18 @@ func (e *Eraser) count(ctx context.Context, w *Erasure, s StoreState, before boo
 		return n, err
 	case KindAudit:
 		// Before: the rows up to the workflow's floor (auditFloor);
-		// after: every row naming the tenant, the erasure's own included.
+		// after: every row naming the tenant up to the last one this run
+		// anonymized, the erasure's own included. A platform call about
+		// the tenant audited after the anonymization (the erasure's status
+		// polled over HTTP) is no row left behind: before this bound, one
+		// such poll between the anonymization and its count made the store
+		// unknown and stopped the erasure.
 		floor := int64(1<<63 - 1)
-		if before {
+		switch {
+		case before:
 			floor = w.AuditFloor
+		case w.auditThrough > 0:
+			floor = w.auditThrough
 		}
 		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
 			return tx.QueryRow(ctx, `SELECT count(*) FROM tenant_audit WHERE (tenant = $1 OR subject LIKE '%@' || $1) AND id <= $2`, w.Tenant, floor).Scan(&n)
@@ -267,9 +275,11 @@ func (e *Eraser) eraseStore(ctx context.Context, w *Erasure, i int) error {
 			report(n)
 		}
 	case KindAudit:
-		if err := e.anonymizeAudit(ctx, w.Tenant, w.ReceiptID); err != nil {
+		through, err := e.anonymizeAudit(ctx, w.Tenant, w.ReceiptID)
+		if err != nil {
 			return err
 		}
+		w.auditThrough = through
 	default:
 		x := e.external(s.Name)
 		if x == nil {
@@ -319,16 +329,20 @@ func Pseudonym(receiptID string, tenant domain.TenantID) string {
 // by its pseudonym, a caller whose token was the tenant's by
 // "erased:<receipt>", and the call's arguments (names, reasons, quotas) by
 // {"erased": receipt}.
-func (e *Eraser) anonymizeAudit(ctx context.Context, tenant domain.TenantID, receiptID string) error {
-	return e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+func (e *Eraser) anonymizeAudit(ctx context.Context, tenant domain.TenantID, receiptID string) (through int64, err error) {
+	err = e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM tenant_audit`).Scan(&through); err != nil {
+			return fmt.Errorf("anonymize tenant_audit: %w", err)
+		}
 		_, err := tx.Exec(ctx, `UPDATE tenant_audit SET
 			tenant = CASE WHEN tenant = $1 THEN $2 ELSE tenant END,
 			subject = CASE WHEN subject LIKE '%@' || $1 THEN 'erased:' || $3 ELSE subject END,
 			detail = jsonb_build_object('erased', $3::text)
-			WHERE tenant = $1 OR subject LIKE '%@' || $1`, tenant, Pseudonym(receiptID, tenant), receiptID)
+			WHERE (tenant = $1 OR subject LIKE '%@' || $1) AND id <= $4`, tenant, Pseudonym(receiptID, tenant), receiptID, through)
 		if err != nil {
 			return fmt.Errorf("anonymize tenant_audit: %w", err)
 		}
 		return nil
 	})
+	return through, err
 }
