@@ -46,7 +46,10 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	// directory membership (host, pid, heartbeats: strata's own processes,
 	// no tenant's data) and the erasure workflows and receipts, which must
 	// outlive the tenant's data (owner only).
-	"tenant_directory_members", "tenant_erasures"}
+	"tenant_directory_members", "tenant_erasures",
+	// The placements (migration 013): the databases tenants are placed in,
+	// with their owner URLs; owner only, no grant to a serving role.
+	"placements"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).

@@ -69,6 +69,7 @@ var envVars = map[string]string{
 	// The tenant directory (docs/tenants.md).
 	"STRATA_REQUIRE_TENANT_DIRECTORY": "serve only tenants that are active in the tenant directory (403 tenant_unknown otherwise); unset = the installation's setting: on for installations created with migration 008, off for older ones",
 	"STRATA_TENANT_DIRECTORY_RELOAD":  "how often a serving process reloads the whole tenant directory, the safety net under the push (default 10s)",
+	"STRATA_PLACEMENT_RELOAD":         "how often a serving process reads the placements (strata placements add) to serve the ones added since it started (default 10s)",
 	"STRATA_TENANT_DIRECTORY_LEASE":   "a serving process's membership lease in the erasure's acknowledgement barrier: it heartbeats every third of it and refuses every tenant (503) when it could not heartbeat within it (default 10s; 0 turns membership off)",
 
 	// Tiers, tenant-aware metrics, connection share and retention (docs/tenants.md).

@@ -34,6 +34,7 @@ Usage:
   strata migrate up|status|down [--steps N]                         manage the database schema
   strata replay  status|rebuild|dlq ...                             projections' status, rebuilds, dead letters (replay help)
   strata tenants list|show|provision|suspend|resume|quotas ...      the tenant directory (tenants help)
+  strata placements add|list|status ...                             the databases tenants are placed in (placements help)
   strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token (--scope platform: the directory's routes)
   strata token   --console [--tenant T --scope admin,platform]     print a login URL of the console (/console, docs/console.md)
   strata bench   [--quick] [--out FILE] [--workloads a,b]          measure hot paths against raw PostgreSQL
@@ -61,6 +62,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdReplay(ctx, args[1:], env, stdout, stderr)
 	case "tenants":
 		return cmdTenants(ctx, args[1:], env, stdout, stderr)
+	case "placements":
+		return cmdPlacements(ctx, args[1:], env, stdout, stderr)
 	case "token":
 		return cmdToken(args[1:], env, stdout, stderr)
 	case "bench":

@@ -154,6 +154,12 @@ type app struct {
 	allSpecs   []process.Spec              // every module's process managers, made once
 	specsMade  bool
 	wake       *projections.Signal // appends happened: wakes projection and process runners
+	// placement is the placement this app serves: "" for the process's
+	// own database (the pool), else one of serve_placements.go's.
+	placement    string
+	groupCommit  []postgres.Option    // the store's options (STRATA_GROUP_COMMIT), for placements' stores
+	commandChain []mux.MiddlewareFunc // the command routes' middleware, after routing by placement
+	queryChain   []mux.MiddlewareFunc // the query and admin routes' middleware
 }
 
 // projectionWake returns the signal that wakes this process's runners
@@ -277,6 +283,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	if err != nil {
 		return err
 	}
+	a.groupCommit = groupCommit
 	a.store = postgres.New(appPool, projPool, append(groupCommit, postgres.WithAppendHook(a.appended.fire))...)
 	a.events, a.log = a.store, a.store
 	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
@@ -344,9 +351,9 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	if err != nil {
 		return err
 	}
-	a.commandAPI.Use(tenants.gate, tenants.requests("commands"), limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware)
+	a.commandChain = []mux.MiddlewareFunc{tenants.gate, tenants.requests("commands"), limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware}
 	a.queryAPI = a.api.NewRoute().Subrouter()
-	a.queryAPI.Use(tenants.gate, tenants.requests("queries"), limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware)
+	a.queryChain = []mux.MiddlewareFunc{tenants.gate, tenants.requests("queries"), limiter.Middleware(httpapi.RateQueries), slots.Middleware(httpapi.SlotQueries), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware}
 	a.waitSlot = func(r *http.Request) (func(), error) {
 		release, err := slots.Enter(r, httpapi.SlotWaits)
 		if err != nil {
@@ -356,6 +363,14 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		start := time.Now()
 		return func() { tenants.waited(r, time.Since(start)); resume(); release() }, nil
 	}
+	// Every placement's app is wired with the chains above; the pool's
+	// routes send a placed tenant's requests to it first.
+	placed, err := wirePlacements(ctx, a, conns, roles, db.PoolConfig{MaxConns: int32(maxConns), Tracer: pgTracer}, autoMigrate, tenants.dir)
+	if err != nil {
+		return err
+	}
+	a.commandAPI.Use(append([]mux.MiddlewareFunc{placed.route}, a.commandChain...)...)
+	a.queryAPI.Use(append([]mux.MiddlewareFunc{placed.route}, a.queryChain...)...)
 
 	for _, w := range []struct {
 		role string

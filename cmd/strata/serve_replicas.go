@@ -22,7 +22,7 @@ import (
 // serving rule (ARCHITECTURE decision 11) as the primary's are.
 func queryReplicas(a *app) (*queryapi.ReplicaSet, func(source, fallback string), error) {
 	raw := a.env.str("STRATA_QUERY_DATABASE_URL", "")
-	if raw == "" {
+	if raw == "" || a.placement != "" { // replicas are the pool's; a placement's queries read its primary
 		return nil, nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -25,7 +25,7 @@ const tenantsUsage = `strata tenants — the tenant directory (docs/tenants.md);
 Usage:
   strata tenants list [--json]                                   every tenant, its status and provisioning
   strata tenants show T [--json]                                 one tenant: status, quotas, steps done
-  strata tenants provision T [--name "..."] [--quota k=v ...] [--json]
+  strata tenants provision T [--name "..."] [--quota k=v ...] [--placement P] [--json]
                                                                  create T or finish its provisioning (idempotent)
   strata tenants suspend T --reason "..." [--json]               stop serving T (403 tenant_suspended); data kept
   strata tenants resume T --reason "..." [--json]                serve T again
@@ -56,6 +56,7 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	name := fs.String("name", "", "display name (provision)")
+	placementName := fs.String("placement", "", "provision: the placement of a new tenant (`strata placements list`; default pool)")
 	reason := fs.String("reason", "", "why (suspend, resume; recorded)")
 	var ef eraseFlags
 	fs.DurationVar(&ef.barrierTimeout, "barrier-timeout", time.Minute, "erase: how long to wait for every serving process to acknowledge")
@@ -140,7 +141,7 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	case "show":
 		out, err = store.Get(ctx, actor, tenant)
 	case "provision":
-		req := tenancy.ProvisionRequest{ID: tenant, Name: *name}
+		req := tenancy.ProvisionRequest{ID: tenant, Name: *name, Placement: *placementName}
 		if len(quotas) > 0 {
 			var q tenancy.Quotas
 			if err := applyQuotaArgs(&q, quotas); err != nil {

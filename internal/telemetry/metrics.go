@@ -38,12 +38,19 @@ type Metrics struct {
 
 	pools   *poolCollector
 	tenants atomic.Pointer[TenantMetrics] // EnableTenants (tenants.go)
+
+	placed placedMetrics // ForPlacement (placements.go)
 }
 
 // NewMetrics registers strata's metrics and the Go runtime's.
 func NewMetrics() *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return newMetrics(r)
+}
+
+// newMetrics registers strata's own series in r.
+func newMetrics(r *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		Registry: r,
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -89,9 +96,10 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Handler serves the registry in the Prometheus text format.
+// Handler serves the registry, and every placement's (ForPlacement), in
+// the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.gatherer(), promhttp.HandlerOpts{})
 }
 
 // HTTPMiddleware counts requests and their latency by mux route name.

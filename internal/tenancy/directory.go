@@ -37,7 +37,11 @@ type Entry struct {
 	Version int64
 	Tier    string // "": none (tiers.go); Limits are its quotas over the tier's
 	Cohort  string // "": none
-	seq     uint64 // the Directory's apply counter when it was applied
+	// Placement is the database the tenant's data lives in (migration
+	// 013; DefaultPlacement, the shared one, unless placed elsewhere):
+	// serving processes route the tenant's requests by it.
+	Placement string
+	seq       uint64 // the Directory's apply counter when it was applied
 }
 
 // DirectoryConfig configures a Directory.
@@ -135,13 +139,13 @@ type querier interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }
 
-const entryColumns = `id, status, quotas, version, coalesce(tier, ''), coalesce(cohort, '')`
+const entryColumns = `id, status, quotas, version, coalesce(tier, ''), coalesce(cohort, ''), placement`
 
 func scanEntry(row pgx.Row) (domain.TenantID, Entry, error) {
 	var id domain.TenantID
 	var e Entry
 	var raw []byte
-	if err := row.Scan(&id, &e.Status, &raw, &e.Version, &e.Tier, &e.Cohort); err != nil {
+	if err := row.Scan(&id, &e.Status, &raw, &e.Version, &e.Tier, &e.Cohort, &e.Placement); err != nil {
 		return id, e, err
 	}
 	e.Quotas = decodeQuotas(raw)

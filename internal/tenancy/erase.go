@@ -424,6 +424,9 @@ func (e *Eraser) start(ctx context.Context, a Actor, tenant domain.TenantID, rea
 		if err != nil {
 			return err
 		}
+		if t.Placement != DefaultPlacement {
+			return fmt.Errorf("%w: tenant %s is placed in %s; erasing a tenant outside the shared database is not supported yet (its data is in that placement's database)", domain.ErrRejected, tenant, t.Placement)
+		}
 		var b [16]byte
 		_, _ = rand.Read(b[:])
 		b[6] = b[6]&0x0f | 0x40

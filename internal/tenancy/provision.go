@@ -19,6 +19,10 @@ type ProvisionRequest struct {
 	// DefaultQuotasFunc (the environment's overrides for the tenant), else
 	// none (the serving defaults apply).
 	Quotas *Quotas
+	// Placement is where the tenant's data is to live (a placement of
+	// `strata placements`); "" is DefaultPlacement. A tenant already in
+	// the directory keeps its own: moving one is `strata tenants move`.
+	Placement string
 }
 
 // Step is one step of provisioning. Each runs in a transaction of its own
@@ -40,9 +44,9 @@ type Step struct {
 // "activate": the placement's resources (ARCHITECTURE decision 14), the
 // tenant's entry in the erasure inventory (decision 13).
 var ProvisionSteps = []Step{
-	{Name: "directory", Doc: "the directory row: status provisioning, display name, placement pool", run: stepDirectory},
+	{Name: "directory", Doc: "the directory row: status provisioning, display name, placement (pool unless asked)", run: stepDirectory},
 	{Name: "quotas", Doc: "the tenant's quotas: the request's, else its values of the environment's *_OVERRIDES, else none (defaults apply)", run: stepQuotas},
-	{Name: "resources", Doc: "per-tenant resources of its placement: none in the shared pool today (schema, database or region per placement later)", run: stepResources},
+	{Name: "resources", Doc: "per-tenant resources of its placement: none (a placement's database is migrated when it is added; its tables are tenant-scoped like the pool's)", run: stepResources},
 	{Name: "activate", Doc: "status active: every serving process serves the tenant once the push reaches it", run: stepActivate},
 }
 
@@ -65,6 +69,9 @@ func (s *Store) Provision(ctx context.Context, a Actor, req ProvisionRequest) (T
 	detail := map[string]any{"name": req.Name}
 	if req.Quotas != nil {
 		detail["quotas"] = req.Quotas
+	}
+	if req.Placement != "" {
+		detail["placement"] = req.Placement
 	}
 	if err := s.audit(ctx, a, "provision", req.ID, detail); err != nil {
 		return Tenant{}, err
@@ -116,9 +123,23 @@ func (s *Store) Provision(ctx context.Context, a Actor, req ProvisionRequest) (T
 }
 
 func stepDirectory(ctx context.Context, s *Store, tx pgx.Tx, req ProvisionRequest) error {
+	placement := req.Placement
+	if placement == "" {
+		placement = DefaultPlacement
+	}
+	var status string
+	err := tx.QueryRow(ctx, `SELECT status FROM placements WHERE name = $1`, placement).Scan(&status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: no placement %q (`strata placements list`)", domain.ErrInvalid, placement)
+	case err != nil:
+		return err
+	case status != "active":
+		return fmt.Errorf("%w: placement %s is %s: no tenant may be placed there", domain.ErrRejected, placement, status)
+	}
 	var created domain.TenantID
-	err := tx.QueryRow(ctx, `INSERT INTO tenants (id, name, placement) VALUES ($1, $2, $3)
-		ON CONFLICT (id) DO NOTHING RETURNING id`, req.ID, req.Name, DefaultPlacement).Scan(&created)
+	err = tx.QueryRow(ctx, `INSERT INTO tenants (id, name, placement) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO NOTHING RETURNING id`, req.ID, req.Name, placement).Scan(&created)
 	if err == nil {
 		return nil // created
 	}
@@ -132,6 +153,9 @@ func stepDirectory(ctx context.Context, s *Store, tx pgx.Tx, req ProvisionReques
 	}
 	if t.Status == StatusErasing || t.Status == StatusErased {
 		return fmt.Errorf("%w: tenant %s is %s; it cannot be provisioned", domain.ErrRejected, req.ID, t.Status)
+	}
+	if req.Placement != "" && req.Placement != t.Placement {
+		return fmt.Errorf("%w: tenant %s is placed in %s; moving a tenant is `strata tenants move`, not provisioning", domain.ErrRejected, req.ID, t.Placement)
 	}
 	if req.Name != "" && req.Name != t.Name {
 		_, err = tx.Exec(ctx, `UPDATE tenants SET name = $2 WHERE id = $1`, req.ID, req.Name)
@@ -156,7 +180,7 @@ func stepQuotas(ctx context.Context, s *Store, tx pgx.Tx, req ProvisionRequest) 
 }
 
 func stepResources(context.Context, *Store, pgx.Tx, ProvisionRequest) error {
-	return nil // the shared pool needs nothing per tenant
+	return nil // every placement's schema is in place before a tenant is placed there
 }
 
 func stepActivate(ctx context.Context, s *Store, tx pgx.Tx, req ProvisionRequest) error {

@@ -139,9 +139,10 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 }
 
 type provisionRequest struct {
-	ID     string          `json:"id"`
-	Name   string          `json:"name"`
-	Quotas *tenancy.Quotas `json:"quotas"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Quotas    *tenancy.Quotas `json:"quotas"`
+	Placement string          `json:"placement"`
 }
 
 func (a *API) provision(w http.ResponseWriter, r *http.Request) {
@@ -159,7 +160,7 @@ func (a *API) provision(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, "id must match [a-z0-9-]{1,63}"))
 		return
 	}
-	t, err := a.store.Provision(r.Context(), actor, tenancy.ProvisionRequest{ID: id, Name: req.Name, Quotas: req.Quotas})
+	t, err := a.store.Provision(r.Context(), actor, tenancy.ProvisionRequest{ID: id, Name: req.Name, Quotas: req.Quotas, Placement: req.Placement})
 	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return

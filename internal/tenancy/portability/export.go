@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/placement"
 )
 
 // EventLine is one line of events.jsonl: an event as the log stores it,
@@ -46,7 +47,7 @@ type IdempotencyLine struct {
 // Export writes tenant's archive to w and returns its manifest. The
 // tenant must be in the directory (any status but erased).
 func (s *Service) Export(ctx context.Context, tenant domain.TenantID, w io.Writer) (Manifest, error) {
-	status, placement, ok, err := s.directoryEntry(ctx, tenant)
+	status, placedIn, ok, err := s.directoryEntry(ctx, tenant)
 	if err != nil {
 		return Manifest{}, err
 	}
@@ -55,6 +56,9 @@ func (s *Service) Export(ctx context.Context, tenant domain.TenantID, w io.Write
 	}
 	if status == "erased" {
 		return Manifest{}, fmt.Errorf("%w: tenant %s is erased: there is nothing to export", domain.ErrRejected, tenant)
+	}
+	if placedIn != placement.Pool {
+		return Manifest{}, fmt.Errorf("%w: tenant %s is placed in %s; exporting a tenant outside the shared database is not supported yet", domain.ErrRejected, tenant, placedIn)
 	}
 	if err := s.audit(ctx, "export", tenant, map[string]any{"status": status}); err != nil {
 		return Manifest{}, err
@@ -68,7 +72,7 @@ func (s *Service) Export(ctx context.Context, tenant domain.TenantID, w io.Write
 	if err != nil {
 		return Manifest{}, err
 	}
-	m.Export.TenantStatus, m.Export.Source.Placement = status, placement
+	m.Export.TenantStatus, m.Export.Source.Placement = status, placedIn
 	if err := s.cfg.Owner.QueryRow(ctx, `SELECT current_database()`).Scan(&m.Export.Source.Database); err != nil {
 		return Manifest{}, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/placement"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -71,9 +72,12 @@ func (s *Service) Import(ctx context.Context, r io.Reader, o ImportOptions) (Imp
 		res.Tenant = a.manifest.Tenant
 	}
 	tenant := res.Tenant
-	status, _, known, err := s.directoryEntry(ctx, tenant)
+	status, placedIn, known, err := s.directoryEntry(ctx, tenant)
 	if err != nil {
 		return res, err
+	}
+	if known && placedIn != placement.Pool {
+		return res, fmt.Errorf("%w: tenant %s is placed in %s; importing into a tenant outside the shared database is not supported yet", domain.ErrRejected, tenant, placedIn)
 	}
 	if known && (status == "erasing" || status == "erased") {
 		return res, fmt.Errorf("%w: tenant %s is %s: it cannot be imported into", domain.ErrRejected, tenant, status)
