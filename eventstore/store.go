@@ -23,6 +23,11 @@ var (
 	// ErrUnavailable: the backing database cannot be reached right now; the
 	// operation may be retried later.
 	ErrUnavailable = errors.New("event store unavailable")
+	// ErrWritesFrozen: the tenant is moving to another placement and this
+	// database refuses its writes for the final catch-up; nothing was
+	// written. It is an ErrUnavailable: retry in a moment (the retry
+	// reaches the tenant's new placement).
+	ErrWritesFrozen = fmt.Errorf("%w: the tenant is moving to another placement", ErrUnavailable)
 )
 
 // ExpectedVersion states what the appender believes the stream's current

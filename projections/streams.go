@@ -97,7 +97,16 @@ func checkContiguous(ctx context.Context, locator eventstore.VersionLocator, cac
 	}
 	refs := make([]eventstore.StreamVersion, len(misses))
 	for j, i := range misses {
-		refs[j] = eventstore.StreamVersion{Tenant: recs[i].Tenant, Stream: recs[i].Stream, Version: recs[i].Version - 1}
+		// A version 1 the cache says came before is looked up itself: the
+		// log holds one version 1 per stream, so if it is this record the
+		// one the cache remembers is gone from the log (the tenant's rows
+		// were purged when it moved away, and it came back), and the
+		// stream starts again here.
+		v := recs[i].Version - 1
+		if recs[i].Version == 1 {
+			v = 1
+		}
+		refs[j] = eventstore.StreamVersion{Tenant: recs[i].Tenant, Stream: recs[i].Stream, Version: v}
 	}
 	positions, exists, err := locator.LocateVersions(ctx, refs)
 	if err != nil {
@@ -112,7 +121,10 @@ func checkContiguous(ctx context.Context, locator eventstore.VersionLocator, cac
 	for j, i := range misses {
 		rec := recs[i]
 		if rec.Version == 1 {
-			return nil, holeError(rec, "version 1 arrives again")
+			if at, ok := found[j]; !ok || at != rec.Position {
+				return nil, holeError(rec, "version 1 arrives again")
+			}
+			continue
 		}
 		prev, ok := found[j]
 		switch {

@@ -49,7 +49,14 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	"tenant_directory_members", "tenant_erasures",
 	// The placements (migration 013): the databases tenants are placed in,
 	// with their owner URLs; owner only, no grant to a serving role.
-	"placements"}
+	"placements",
+	// Tenant moves (migration 014): the per-tenant write freeze a move puts
+	// on its source (read by the log's trigger: the tenant's name, no data)
+	// and the moves' bookkeeping in the control plane (owner only).
+	"tenant_write_freezes", "tenant_moves",
+	// The log's end before a purge deleted its newest events (migration
+	// 014): one row, no tenant's data.
+	"log_watermark"}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).

@@ -198,6 +198,10 @@ func databaseIdentity(ctx context.Context, q interface {
 	return id, err
 }
 
+// discardLog is the logger of a command's own connections: its output is
+// the command's.
+var discardLog = slog.New(slog.DiscardHandler)
+
 type placementJSON struct {
 	placement.Placement
 	URL     string `json:"url"`
@@ -264,7 +268,7 @@ func placementsStatus(ctx context.Context, e env, reg *placement.Registry, only 
 	if err != nil {
 		return err
 	}
-	poolURL, _, stopDB, err := e.database(ctx, slog.New(slog.DiscardHandler))
+	poolURL, _, stopDB, err := e.database(ctx, discardLog)
 	if err != nil {
 		return err
 	}

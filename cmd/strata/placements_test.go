@@ -14,6 +14,7 @@ import (
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 
@@ -26,21 +27,9 @@ import (
 // database holds a row of the other's tenant. Two processes, one of them
 // projector-only, run eu's runners with one active under its lease.
 func TestPlacementsServeEachTenantFromItsDatabase(t *testing.T) {
-	poolURL := pgtest.NewDatabase(t)
-	second := pgtest.StartPrivate(t, nil)
+	poolURL, euURL, second, vars, cli := twoPlacements(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	execOn(t, second.URL(), `CREATE DATABASE eu`)
-	euURL := second.URLFor("eu")
-	vars := directoryVars(t, poolURL)
-	cli := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := run(context.Background(), args, testEnv(vars), &out, &errOut)
-		return code, out.String(), errOut.String()
-	}
-	if code, _, errOut := cli("migrate", "up"); code != exitOK {
-		t.Fatalf("migrate up: %s", errOut)
-	}
 
 	// Adding: migrated and registered; again is a no-op; the same name
 	// with another URL, the pool's own database and a bad name are refused.
@@ -210,6 +199,27 @@ func TestPlacementsServeEachTenantFromItsDatabase(t *testing.T) {
 			}
 		}
 	}
+}
+
+// twoPlacements migrates a test database (the pool) and starts a second
+// PostgreSQL cluster with a database eu, not yet added; cli runs strata
+// with vars.
+func twoPlacements(t *testing.T) (poolURL, euURL string, second *pgembed.Server, vars map[string]string, cli func(args ...string) (int, string, string)) {
+	t.Helper()
+	poolURL = pgtest.NewDatabase(t)
+	second = pgtest.StartPrivate(t, nil)
+	execOn(t, second.URL(), `CREATE DATABASE eu`)
+	euURL = second.URLFor("eu")
+	vars = directoryVars(t, poolURL)
+	cli = func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), args, testEnv(vars), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, _, errOut := cli("migrate", "up"); code != exitOK {
+		t.Fatalf("migrate up: %s", errOut)
+	}
+	return poolURL, euURL, second, vars, cli
 }
 
 // execOn runs one statement on url.

@@ -93,13 +93,13 @@ func wireQuery(a *app) error {
 }
 
 // logEnd is the newest committed position of the event log: for
-// PostgreSQL LastCommitted (Head stops below an older open transaction),
-// for EventStoreDB its head.
+// PostgreSQL LogEnd (LastCommitted, as Head stops below an older open
+// transaction, or the watermark a purge left), for EventStoreDB its head.
 func (a *app) logEnd() func(ctx context.Context) (event.Position, error) {
 	if a.external {
 		return a.log.Head
 	}
-	return a.store.LastCommitted
+	return a.store.LogEnd
 }
 
 // aheadGuard refuses the query routes over projections whose checkpoint

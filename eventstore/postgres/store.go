@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain/event"
@@ -312,6 +313,8 @@ func translate(op string, err error) error {
 		case "events_event_id":
 			return fmt.Errorf("%s: %w: an event with this id is already stored", op, eventstore.ErrVersionConflict)
 		}
+	case db.SQLState(err) == "SF001": // refuse_frozen_writes (migration 014)
+		return fmt.Errorf("%s: %w", op, eventstore.ErrWritesFrozen)
 	case db.IsUnavailable(err):
 		return fmt.Errorf("%s: %w: %w", op, eventstore.ErrUnavailable, err)
 	}
@@ -426,6 +429,48 @@ func (s *Store) LastCommitted(ctx context.Context) (event.Position, error) {
 		return event.Position{}, fmt.Errorf("last committed: parse tx id: %w", err)
 	}
 	return event.Position{Major: major, Minor: uint64(pos)}, nil
+}
+
+// LogEnd is the end of the log for the check of checkpoints beyond it
+// (projections.RunnerConfig.LogEnd): the newest committed event, or the
+// log_watermark a purge of a tenant's events left (migration 014) when
+// that is later, so that deleting the newest events never makes the
+// runners' checkpoints look ahead of the log.
+func (s *Store) LogEnd(ctx context.Context) (event.Position, error) {
+	end, err := s.LastCommitted(ctx)
+	if err != nil {
+		return end, err
+	}
+	var major string
+	var minor int64
+	err = s.projector.QueryRow(ctx, `SELECT pos_major::text, pos_minor FROM log_watermark`).Scan(&major, &minor)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return end, nil
+	case err != nil:
+		return end, translate("log end", err)
+	}
+	m, err := strconv.ParseUint(major, 10, 64)
+	if err != nil {
+		return end, fmt.Errorf("log end: parse the watermark: %w", err)
+	}
+	if mark := (event.Position{Major: m, Minor: uint64(minor)}); end.Less(mark) {
+		return mark, nil
+	}
+	return end, nil
+}
+
+// RaiseWatermark records the newest committed position in log_watermark
+// (on q, a transaction of the owner) before a purge deletes events, if it
+// is beyond the mark already there.
+func RaiseWatermark(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}) error {
+	_, err := q.Exec(ctx, `INSERT INTO log_watermark (pos_major, pos_minor)
+		SELECT tx_id::text::numeric, position FROM events ORDER BY tx_id DESC, position DESC LIMIT 1
+		ON CONFLICT (id) DO UPDATE SET pos_major = EXCLUDED.pos_major, pos_minor = EXCLUDED.pos_minor, set_at = now()
+		WHERE (log_watermark.pos_major, log_watermark.pos_minor) < (EXCLUDED.pos_major, EXCLUDED.pos_minor)`)
+	return err
 }
 
 // Lag counts the events a reader at after has not seen yet and returns the

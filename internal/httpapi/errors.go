@@ -93,6 +93,9 @@ func Classify(err error) *Error {
 		return Errorf(http.StatusNotFound, CodeNotFound, clientMessage(err, domain.ErrNotFound))
 	case errors.Is(err, domain.ErrRejected):
 		return Errorf(http.StatusUnprocessableEntity, CodeRuleViolation, clientMessage(err, domain.ErrRejected))
+	case errors.Is(err, eventstore.ErrWritesFrozen):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "the tenant is moving to another placement: its writes resume in a moment, retry", RetryAfter: time.Second}
 	case errors.Is(err, eventstore.ErrUnavailable), db.IsUnavailable(err):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the service is temporarily unavailable: retry later", RetryAfter: unavailableRetry}

@@ -50,59 +50,15 @@ func (e *Eraser) suppress(ctx context.Context, w *Erasure) error {
 // barrier resends the barrier notification until every live member has
 // acknowledged w.Barrier.Version, or the timeout.
 func (e *Eraser) barrier(ctx context.Context, w *Erasure) error {
-	start := time.Now()
-	deadline := start.Add(e.cfg.BarrierTimeout)
-	payload := fmt.Sprintf("%d:%s", w.Barrier.Version, w.Tenant)
-	for {
-		if _, err := e.cfg.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, BarrierChannel, payload); err != nil {
-			return fmt.Errorf("send the barrier: %w", err)
-		}
-		b := BarrierState{Version: w.Barrier.Version}
-		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `SELECT member_id, host, pid, role, seen_version, heartbeat_at > now() - make_interval(secs => $1)
-				FROM tenant_directory_members ORDER BY member_id`, e.cfg.Lease.Seconds())
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id, host, role string
-				var pid int
-				var seen int64
-				var live bool
-				if err := rows.Scan(&id, &host, &pid, &role, &seen, &live); err != nil {
-					return err
-				}
-				switch {
-				case !live:
-					b.MembersGone++
-				case seen >= b.Version:
-					b.MembersLive++
-					b.MembersAcked++
-				default:
-					b.MembersLive++
-					b.Waiting = append(b.Waiting, fmt.Sprintf("%s (%s pid %d, %s) at version %d", id, host, pid, role, seen))
-				}
-			}
-			return rows.Err()
-		})
-		if err != nil {
-			return fmt.Errorf("read tenant_directory_members: %w", err)
-		}
-		b.WaitedMS = time.Since(start).Milliseconds()
-		w.Barrier = b
-		if len(b.Waiting) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			_ = e.save(ctx, w, "")
-			return fmt.Errorf("%w (waited %s for %s)", ErrBarrierTimeout, e.cfg.BarrierTimeout, strings.Join(b.Waiting, "; "))
-		}
-		e.progress(Progress{Tenant: w.Tenant, Step: StepSuppress, Message: fmt.Sprintf("waiting for %d of %d serving processes to acknowledge", len(b.Waiting), b.MembersLive)})
-		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
-			return ctx.Err()
-		}
+	b, err := e.cfg.Store.AwaitBarrier(ctx, BarrierConfig{Pool: e.cfg.Pool, Lease: e.cfg.Lease, Timeout: e.cfg.BarrierTimeout, Poll: e.cfg.PollInterval,
+		OnWait: func(b BarrierState) {
+			e.progress(Progress{Tenant: w.Tenant, Step: StepSuppress, Message: fmt.Sprintf("waiting for %d of %d serving processes to acknowledge", len(b.Waiting), b.MembersLive)})
+		}}, w.Tenant, w.Barrier.Version)
+	w.Barrier = b
+	if errors.Is(err, ErrBarrierTimeout) {
+		_ = e.save(ctx, w, "")
 	}
+	return err
 }
 
 // quiesce waits until the appends in progress when it starts have ended

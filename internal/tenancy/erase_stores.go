@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 )
 
@@ -238,6 +239,13 @@ func (e *Eraser) eraseStore(ctx context.Context, w *Erasure, i int) error {
 	switch s.Kind {
 	case KindTable:
 		table := pgx.Identifier{db.Schema, strings.TrimPrefix(s.Name, "table:")}.Sanitize()
+		if s.Name == "table:events" {
+			// Deleting the newest events must not carry the end of the log
+			// back below the runners' checkpoints (migration 014).
+			if err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error { return postgres.RaiseWatermark(ctx, tx) }); err != nil {
+				return fmt.Errorf("raise the log's watermark: %w", err)
+			}
+		}
 		for {
 			var n int64
 			err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/auth"
+)
+
+// moveWriter creates orders for one tenant in a loop, each with its own
+// idempotency key, retrying a 503 (a write freeze) with the same key
+// until it is acknowledged; it records what was acknowledged and every
+// answer other than 201.
+type moveWriter struct {
+	tenant string
+	token  string
+	base   string
+	acked  sync.Map // order id -> response body
+	n      atomic.Int64
+	errs   sync.Map // "status code" -> count
+	nErrs  atomic.Int64
+	lat    []time.Duration
+	mu     sync.Mutex
+}
+
+func (w *moveWriter) run(ctx context.Context, t *testing.T, client *http.Client, g int) {
+	for i := 0; ctx.Err() == nil; i++ {
+		id := fmt.Sprintf("%s-m%d-%d", w.tenant, g, i)
+		body := `{"order_id":"` + id + `","customer_id":"c-1","currency":"EUR"}`
+		began := time.Now()
+		for ctx.Err() == nil {
+			req, _ := http.NewRequest(http.MethodPost, w.base+"/v1/orders", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+w.token)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "k-"+id)
+			res, err := client.Do(req)
+			if err != nil {
+				w.errs.Store("transport "+err.Error(), 1)
+				w.nErrs.Add(1)
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			var raw [4096]byte
+			n, _ := res.Body.Read(raw[:])
+			res.Body.Close()
+			if res.StatusCode == http.StatusCreated {
+				w.acked.Store(id, string(raw[:n]))
+				w.n.Add(1)
+				break
+			}
+			key := fmt.Sprintf("%d %s", res.StatusCode, errorCode(raw[:n]))
+			v, _ := w.errs.LoadOrStore(key, new(atomic.Int64))
+			if c, ok := v.(*atomic.Int64); ok {
+				c.Add(1)
+			}
+			w.nErrs.Add(1)
+			if res.StatusCode != http.StatusServiceUnavailable {
+				t.Errorf("%s: create %s: %d %s", w.tenant, id, res.StatusCode, raw[:n])
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // Retry-After is 1s; the test retries sooner to measure the freeze
+		}
+		w.mu.Lock()
+		w.lat = append(w.lat, time.Since(began))
+		w.mu.Unlock()
+	}
+}
+
+func (w *moveWriter) p99() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.lat) == 0 {
+		return 0
+	}
+	l := append([]time.Duration(nil), w.lat...)
+	sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+	return l[len(l)*99/100]
+}
+
+func (w *moveWriter) errorSummary() string {
+	var parts []string
+	w.errs.Range(func(k, v any) bool {
+		if c, ok := v.(*atomic.Int64); ok {
+			parts = append(parts, fmt.Sprintf("%s x%d", k, c.Load()))
+		} else {
+			parts = append(parts, fmt.Sprint(k))
+		}
+		return true
+	})
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// TestTenantMoveWhileItWrites: two tenants write without pause; zeta is
+// moved from the pool to the placement eu (a second cluster), back, and
+// again with --finish. Every acknowledged order of zeta is in the log and
+// the read model of the placement it ends in, its streams are contiguous,
+// an idempotency key from before a move is answered from its record after
+// it, the only answers zeta meets besides 201 are 503s of its write
+// freeze, and acme, the other tenant, meets none at all. After --back
+// nothing of zeta is left in eu; after --finish nothing in the pool.
+func TestTenantMoveWhileItWrites(t *testing.T) {
+	poolURL, euURL, _, vars, cli := twoPlacements(t)
+	vars["STRATA_RATE_COMMANDS"] = "unlimited"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if code, _, errOut := cli("placements", "add", "eu", "--url", euURL); code != exitOK {
+		t.Fatalf("placements add: %s", errOut)
+	}
+	for _, tenant := range []string{"acme", "zeta"} {
+		if code, _, errOut := cli("tenants", "provision", tenant); code != exitOK {
+			t.Fatalf("provision %s: %s", tenant, errOut)
+		}
+	}
+	base, _, stop := startServe(t, vars)
+	defer stop()
+	waitReady(t, base)
+
+	writers := map[string]*moveWriter{}
+	wctx, stopWriters := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, tenant := range []string{"acme", "zeta"} {
+		tok, err := auth.Sign([]byte(tenantsSecret), auth.Claims{Subject: "load", Tenant: domain.TenantID(tenant)}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &moveWriter{tenant: tenant, token: tok, base: base}
+		writers[tenant] = w
+		for g := range 2 {
+			wg.Add(1)
+			go func() { defer wg.Done(); w.run(wctx, t, client, g) }()
+		}
+	}
+	waitUntil(t, 30*time.Second, func() bool { return writers["zeta"].n.Load() >= 100 }, "zeta has 100 acknowledged orders before the move")
+	acmeBefore := writers["acme"].p99()
+
+	move := func(args ...string) map[string]any {
+		t.Helper()
+		code, out, errOut := cli(append([]string{"tenants", "move", "zeta"}, append(args, "--json")...)...)
+		if code != exitOK {
+			var dump string
+			queryOn(t, poolURL, `SELECT (SELECT string_agg(id || ' ' || placement || ' v' || version, '; ') FROM strata.tenants) || ' | ' || coalesce((SELECT string_agg(id || ' ' || phase || ' ' || source || '->' || target || ' ' || coalesce(last_error, ''), '; ') FROM strata.tenant_moves), '') || ' | ' || coalesce((SELECT string_agg(action || ' ' || coalesce(tenant, '') || ' ' || detail::text, '; ' ORDER BY id) FROM strata.tenant_audit), '')`, nil, &dump)
+			t.Logf("directory: %s", dump)
+			for _, u := range []string{poolURL, euURL} {
+				var cps string
+				queryOn(t, u, `SELECT coalesce(string_agg(projection || ' ' || pos_major::text || '/' || pos_minor::text || ' ' || status || ' ' || coalesce(last_error, ''), '; '), '') FROM strata.projection_checkpoints`, nil, &cps)
+				t.Logf("checkpoints of %s: %s", u, cps)
+			}
+			t.Fatalf("tenants move %v: %d %s %s", args, code, out, errOut)
+		}
+		var mv map[string]any
+		if err := json.Unmarshal([]byte(out), &mv); err != nil {
+			t.Fatalf("tenants move %v: %v %s", args, err, out)
+		}
+		return mv
+	}
+	var freezes []float64
+	freezeOf := func(mv map[string]any) {
+		t.Helper()
+		f, ok := mv["freeze_ms"].(float64)
+		if !ok {
+			t.Fatalf("move without a freeze measurement: %v", mv)
+		}
+		freezes = append(freezes, f)
+	}
+	mv := move("--to", "eu")
+	if mv["phase"] != "switched" || mv["target"] != "eu" {
+		t.Fatalf("move to eu: %v", mv)
+	}
+	freezeOf(mv)
+	waitUntil(t, 30*time.Second, func() bool { return countEvents(t, euURL, "zeta") > countEvents(t, poolURL, "zeta") }, "zeta writes to eu after the move")
+
+	// Back, before --finish: the pool has everything again, eu nothing.
+	mv = move("--back")
+	if mv["phase"] != "finished" || mv["target"] != "pool" {
+		t.Fatalf("move back: %v", mv)
+	}
+	freezeOf(mv)
+	if n := countTenantRows(t, euURL, "zeta"); n != 0 {
+		t.Errorf("after --back, eu holds %d rows of zeta", n)
+	}
+	waitUntil(t, 30*time.Second, func() bool { return writers["zeta"].n.Load() >= 400 }, "zeta writes on after the move back")
+
+	// Again, to the end: --finish purges the pool.
+	freezeOf(move("--to", "eu"))
+	time.Sleep(time.Second)
+	stopWriters()
+	wg.Wait()
+	mv = move("--finish")
+	if mv["phase"] != "finished" {
+		t.Fatalf("move --finish: %v", mv)
+	}
+	if n := countTenantRows(t, poolURL, "zeta"); n != 0 {
+		t.Errorf("after --finish, the pool holds %d rows of zeta", n)
+	}
+
+	// zeta: every acknowledged order is in eu's log and read model.
+	zeta, acme := writers["zeta"], writers["acme"]
+	conn, err := pgx.Connect(ctx, euURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var gaps int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT stream_id, version, row_number() OVER (PARTITION BY stream_id ORDER BY version) AS n
+		FROM strata.events WHERE tenant_id = 'zeta') x WHERE version <> n`).Scan(&gaps); err != nil || gaps != 0 {
+		t.Errorf("zeta's streams in eu: %d versions out of place (%v)", gaps, err)
+	}
+	missing := 0
+	zeta.acked.Range(func(k, _ any) bool {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.events WHERE tenant_id = 'zeta' AND stream_id = $1 AND version = 1`, "order-"+k.(string)).Scan(&n); err != nil || n != 1 {
+			missing++
+		}
+		return true
+	})
+	if missing > 0 {
+		t.Errorf("%d of %d acknowledged orders of zeta are not in eu's log", missing, zeta.n.Load())
+	}
+	var listed, logged int64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_ = conn.QueryRow(ctx, `SELECT count(*) FROM strata.order_list WHERE tenant_id = 'zeta'`).Scan(&listed)
+		_ = conn.QueryRow(ctx, `SELECT count(DISTINCT stream_id) FROM strata.events WHERE tenant_id = 'zeta'`).Scan(&logged)
+		if listed == zeta.n.Load() || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if listed != zeta.n.Load() || logged != zeta.n.Load() {
+		var cps string
+		queryOn(t, euURL, `SELECT coalesce(string_agg(projection || ' ' || pos_major::text || '/' || pos_minor::text || ' ' || status || ' ' || coalesce(last_error, ''), '; '), '') FROM strata.projection_checkpoints`, nil, &cps)
+		t.Errorf("eu holds %d orders of zeta in order_list and %d streams in its log, want the %d acknowledged; checkpoints %s", listed, logged, zeta.n.Load(), cps)
+	}
+	// An idempotency key of the first orders (written in the pool) is
+	// answered from its record in eu.
+	first, _ := zeta.acked.Load("zeta-m0-0")
+	status, raw, hdr := apiCall(t, nil, base, zeta.token, http.MethodPost, "/v1/orders", `{"order_id":"zeta-m0-0","customer_id":"c-1","currency":"EUR"}`, "Idempotency-Key", "k-zeta-m0-0")
+	if status != http.StatusCreated || string(raw) != first || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("zeta's first key after the moves: %d %s (replayed %q), want %s", status, raw, hdr.Get("Idempotent-Replayed"), first)
+	}
+	if zeta.nErrs.Load() > 0 {
+		t.Logf("zeta met %s during its moves (all retried)", zeta.errorSummary())
+	}
+	if acme.nErrs.Load() != 0 {
+		t.Errorf("acme, which did not move, met %s", acme.errorSummary())
+	}
+	t.Logf("zeta: %d orders acknowledged, acme: %d; write freezes %v ms; acme's p99 %s before the moves, %s over the run",
+		zeta.n.Load(), acme.n.Load(), freezes, acmeBefore, acme.p99())
+	code, out, _ := cli("tenants", "moves", "zeta")
+	if code != exitOK || strings.Count(out, "finished") != 2 || !strings.Contains(out, "rolled_back") {
+		t.Errorf("tenants moves: %d %s", code, out)
+	}
+}
+
+// countEvents counts the tenant's events in a database.
+func countEvents(t *testing.T, url, tenant string) int64 {
+	t.Helper()
+	var n int64
+	queryOn(t, url, `SELECT count(*) FROM strata.events WHERE tenant_id = $1`, []any{tenant}, &n)
+	return n
+}
+
+// countTenantRows counts the tenant's rows in every table of the strata
+// schema that has a tenant_id column.
+func countTenantRows(t *testing.T, url, tenant string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'strata' AND a.attname = 'tenant_id' AND c.relkind IN ('r', 'p') AND NOT a.attisdropped`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, table := range tables {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.`+pgx.Identifier{table}.Sanitize()+` WHERE tenant_id = $1`, tenant).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			t.Logf("%s: %d rows of %s", table, n, tenant)
+		}
+		total += n
+	}
+	return total
+}
+
+func queryOn(t *testing.T, url, sql string, args []any, dest ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+		t.Fatal(err)
+	}
+}
