@@ -73,7 +73,7 @@ FUZZ_TARGETS := \
 	./commands/orders:FuzzEmptyRequest ./commands/commandapi:FuzzParseIfMatch \
 	./commands/commandapi:FuzzIdempotencyKey ./commands/orders:FuzzCommandRoutes \
 	./internal/auth:FuzzParse ./internal/auth:FuzzParseSigned \
-	./domain/event:FuzzParseToken ./domain/event:FuzzTokenRoundTrip ./domain/event:FuzzDecodeMetadata
+	./domain/event:FuzzParseToken ./domain/event:FuzzTokenRoundTrip ./domain/event:FuzzDecodeMetadata ./domain/event:FuzzParsePlacedToken
 FUZZTIME ?= 60s
 
 .PHONY: fuzz

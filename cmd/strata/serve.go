@@ -157,6 +157,7 @@ type app struct {
 	// placement is the placement this app serves: "" for the process's
 	// own database (the pool), else one of serve_placements.go's.
 	placement    string
+	epoch        int64                // the placement's epoch: consistency tokens carry it
 	groupCommit  []postgres.Option    // the store's options (STRATA_GROUP_COMMIT), for placements' stores
 	commandChain []mux.MiddlewareFunc // the command routes' middleware, after routing by placement
 	queryChain   []mux.MiddlewareFunc // the query and admin routes' middleware
@@ -472,6 +473,8 @@ func wireCommand(a *app) error {
 		Store:       telemetry.InstrumentStore(a.events, a.metrics),
 		Idempotency: a.store,
 		Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
+		Placement:   a.placement,
+		Epoch:       a.epoch,
 	})
 }
 

@@ -164,6 +164,7 @@ func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app,
 		metrics:   a.metrics.ForPlacement(p.Name),
 		tracing:   a.tracing,
 		placement: p.Name,
+		epoch:     p.Epoch,
 		waitSlot:  a.waitSlot,
 	}
 	child.metrics.RegisterPool("app", pools.app)

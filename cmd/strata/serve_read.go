@@ -86,7 +86,8 @@ func wireQuery(a *app) error {
 	}
 	ahead := newAheadGuard(a)
 	api := queryapi.New(models, projections.NewConsistency(a.appPool, rs.progress), monitor,
-		queryapi.Config{Head: head, WaitSlot: a.waitSlot, Replicas: replicas, ReplicaBudget: budget, OnRead: onRead, Refuse: ahead.refuse})
+		queryapi.Config{Head: head, WaitSlot: a.waitSlot, Replicas: replicas, ReplicaBudget: budget, OnRead: onRead, Refuse: ahead.refuse,
+			Placement: a.placement, Epoch: a.epoch})
 	api.RegisterAdmin(a.queryAPI)
 	api.Register(a.queryAPI, a.mods.Queries(models)...)
 	return nil

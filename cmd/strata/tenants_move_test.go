@@ -251,6 +251,27 @@ func TestTenantMoveWhileItWrites(t *testing.T) {
 	if status != http.StatusCreated || string(raw) != first || hdr.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("zeta's first key after the moves: %d %s (replayed %q), want %s", status, raw, hdr.Get("Idempotent-Replayed"), first)
 	}
+	// Its consistency token, the pool's, is answered by eu at once: all of
+	// zeta's events in the pool were copied, and the read models compared,
+	// before eu served it.
+	var firstAck struct{ Position string }
+	if err := json.Unmarshal([]byte(first.(string)), &firstAck); err != nil || strings.Contains(firstAck.Position, "~") {
+		t.Fatalf("the first order's token, from the pool: %q %v", firstAck.Position, err)
+	}
+	began := time.Now()
+	status, raw, _ = apiCall(t, nil, base, zeta.token, http.MethodGet, "/v1/orders/zeta-m0-0?wait=10s", "", "X-Consistency-Token", firstAck.Position)
+	if status != http.StatusOK || !strings.Contains(string(raw), `"order_id":"zeta-m0-0"`) || time.Since(began) > 5*time.Second {
+		t.Errorf("a token from before the move, after it: %d %s in %s", status, raw, time.Since(began))
+	}
+	status, raw, _ = apiCall(t, nil, base, zeta.token, http.MethodPost, "/v1/orders", `{"order_id":"zeta-after","customer_id":"c-1","currency":"EUR"}`)
+	var after struct{ Position string }
+	if err := json.Unmarshal(raw, &after); status != http.StatusCreated || err != nil || !strings.HasPrefix(after.Position, "eu~1~") {
+		t.Fatalf("a command in eu answers eu's token: %d %s", status, raw)
+	}
+	status, raw, _ = apiCall(t, nil, base, zeta.token, http.MethodGet, "/v1/orders/zeta-after?wait=10s", "", "X-Consistency-Token", after.Position)
+	if status != http.StatusOK || !strings.Contains(string(raw), `"order_id":"zeta-after"`) {
+		t.Errorf("read-your-writes in eu: %d %s", status, raw)
+	}
 	if zeta.nErrs.Load() > 0 {
 		t.Logf("zeta met %s during its moves (all retried)", zeta.errorSummary())
 	}

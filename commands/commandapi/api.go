@@ -30,6 +30,8 @@ type Resource struct {
 	// Location returns the URL path of a created aggregate, sent with a 201
 	// answer; nil sends none.
 	Location func(id string) string
+
+	token func(event.Position) string // the consistency token of a position (Mount: Deps' placement)
 }
 
 // Route is one command route: where it is, what it answers on success, and
@@ -57,12 +59,20 @@ type Deps struct {
 	// Config is every handler's configuration: the process's registry,
 	// the telemetry middleware, the clock.
 	Config commands.Config
+	// Placement and Epoch qualify the consistency tokens of the answers
+	// (event.PlacedToken) when the store is a placement's other than the
+	// shared database's ("": plain tokens).
+	Placement string
+	Epoch     int64
 }
 
 // Mount builds the handler for the aggregate agg and registers its routes
 // on r (which must already authenticate): the one call a module's write
 // side makes per aggregate type.
 func Mount[A any](r *mux.Router, d Deps, agg commands.Aggregate[A], res Resource, routes ...Route[A]) error {
+	if d.Placement != "" {
+		res.token = func(p event.Position) string { return event.PlacedToken(d.Placement, d.Epoch, p) }
+	}
 	h, err := commands.NewHandler(agg, d.Store, d.Idempotency, d.Config)
 	if err != nil {
 		return fmt.Errorf("mount %s commands: %w", agg.Kind, err)
@@ -190,20 +200,24 @@ func render(rs Resource, res commands.Result, err error, okStatus int) (int, []b
 		e := httpapi.Classify(err)
 		return e.Status, httpapi.ErrorBody(e.Code, e.Message)
 	}
-	return okStatus, successBody(rs.IDField, res)
+	return okStatus, successBody(rs, res)
 }
 
 // successBody is {"<idField>": id, "version": n, "position": token}, in that
 // order (the documented shape; a map would sort the keys).
-func successBody(idField string, res commands.Result) []byte {
+func successBody(rs Resource, res commands.Result) []byte {
 	b := []byte{'{'}
-	b, _ = appendJSON(b, idField)
+	b, _ = appendJSON(b, rs.IDField)
 	b = append(b, ':')
 	b, _ = appendJSON(b, res.ID)
 	b = append(b, `,"version":`...)
 	b = strconv.AppendInt(b, res.Version, 10)
 	b = append(b, `,"position":`...)
-	b, _ = appendJSON(b, res.Position.Token())
+	token := res.Position.Token()
+	if rs.token != nil {
+		token = rs.token(res.Position)
+	}
+	b, _ = appendJSON(b, token)
 	return append(b, '}')
 }
 

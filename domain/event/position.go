@@ -115,3 +115,47 @@ func parseBase36(s string) (uint64, error) {
 	}
 	return strconv.ParseUint(s, 36, 64)
 }
+
+// A placed token is a Token qualified by the placement whose log issued
+// it and that placement's epoch (ARCHITECTURE decision 14):
+// "<placement>~<epoch>~<token>". The shared database's tokens carry no
+// placement, so tokens handed out before placements existed stay valid.
+const placedSep = "~"
+
+// PlacedToken returns p's token as issued by placement at epoch; for
+// placement "" it is p.Token().
+func PlacedToken(placement string, epoch int64, p Position) string {
+	if placement == "" {
+		return p.Token()
+	}
+	return placement + placedSep + strconv.FormatInt(epoch, 10) + placedSep + p.Token()
+}
+
+// ParsePlacedToken is the inverse of PlacedToken: placement "" for a token
+// of the shared database.
+func ParsePlacedToken(s string) (placement string, epoch int64, p Position, err error) {
+	if len(s) > 2*maxTokenLen {
+		return "", 0, Position{}, ErrBadToken
+	}
+	if !strings.Contains(s, placedSep) {
+		p, err = ParseToken(s)
+		return "", 0, p, err
+	}
+	parts := strings.Split(s, placedSep)
+	if len(parts) != 3 || parts[0] == "" || len(parts[0]) > 63 {
+		return "", 0, Position{}, ErrBadToken
+	}
+	for _, c := range parts[0] {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && c != '-' {
+			return "", 0, Position{}, ErrBadToken
+		}
+	}
+	epoch, err = strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || epoch <= 0 || strconv.FormatInt(epoch, 10) != parts[1] {
+		return "", 0, Position{}, ErrBadToken
+	}
+	if p, err = ParseToken(parts[2]); err != nil {
+		return "", 0, Position{}, ErrBadToken
+	}
+	return parts[0], epoch, p, nil
+}

@@ -99,3 +99,34 @@ func TestParseTokenRejects(t *testing.T) {
 		}
 	}
 }
+
+func TestPlacedToken(t *testing.T) {
+	p := event.Position{Major: 987654, Minor: 321}
+	if got := event.PlacedToken("", 7, p); got != p.Token() {
+		t.Fatalf("the shared database's token is %q, want the plain %q", got, p.Token())
+	}
+	tok := event.PlacedToken("eu-1", 3, p)
+	placement, epoch, back, err := event.ParsePlacedToken(tok)
+	if err != nil || placement != "eu-1" || epoch != 3 || back != p {
+		t.Fatalf("event.ParsePlacedToken(%q) = %q %d %v %v", tok, placement, epoch, back, err)
+	}
+	if placement, _, back, err := event.ParsePlacedToken(p.Token()); err != nil || placement != "" || back != p {
+		t.Fatalf("a plain token: %q %v %v", placement, back, err)
+	}
+	for _, bad := range []string{"~1~" + p.Token(), "eu~0~" + p.Token(), "eu~01~" + p.Token(), "EU~1~" + p.Token(), "eu~1~x", "eu~1~" + p.Token() + "~", "eu~~" + p.Token()} {
+		if _, _, _, err := event.ParsePlacedToken(bad); err == nil {
+			t.Errorf("event.ParsePlacedToken(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParsePlacedToken(f *testing.F) {
+	f.Add(event.PlacedToken("eu", 2, event.Position{Major: 5, Minor: 9}))
+	f.Add(event.Position{Major: 1}.Token())
+	f.Fuzz(func(t *testing.T, s string) {
+		placement, epoch, p, err := event.ParsePlacedToken(s)
+		if err == nil && event.PlacedToken(placement, epoch, p) != s {
+			t.Fatalf("%q parses to %q %d %v, which is %q", s, placement, epoch, p, event.PlacedToken(placement, epoch, p))
+		}
+	})
+}

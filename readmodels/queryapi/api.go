@@ -72,6 +72,16 @@ type Config struct {
 	// it did not; FallbackNoReplica, FallbackReplicaBehind,
 	// FallbackReplicaError).
 	OnRead func(source, fallback string)
+	// Placement and Epoch are the placement whose read models this API
+	// serves ("": the shared database) and its epoch. A consistency token
+	// of another placement, or of an earlier epoch of this one, was handed
+	// out before the tenant moved here (or before the database was
+	// replaced): everything the tenant had there was copied and its read
+	// models verified before it was served here, so such a token is
+	// answered at once, without waiting (docs/scaling.md, "Moving a
+	// tenant").
+	Placement string
+	Epoch     int64
 }
 
 // ReadSourceHeader says, when the query role has replicas, where a read was
@@ -361,10 +371,13 @@ func (a *API) consistent(w http.ResponseWriter, r *http.Request, q url.Values, b
 		httpapi.WriteError(w, r, badRequest(ConsistencyHeader+" is given more than once"))
 		return readSource{}, false
 	}
-	pos, err := event.ParseToken(tokens[0])
+	placement, epoch, pos, err := event.ParsePlacedToken(tokens[0])
 	if err != nil {
 		httpapi.WriteError(w, r, badRequest(ConsistencyHeader+" must be the position returned by a command"))
 		return readSource{}, false
+	}
+	if placement != a.cfg.Placement || (placement != "" && epoch != a.cfg.Epoch) {
+		return a.pick(false), true // from before a move (or a restore): answered as of now
 	}
 	arrived := time.Now()
 	// Only a wait that must block is checked: a token the projections have
