@@ -197,8 +197,8 @@ func (m *Mover) Start(ctx context.Context, subject string, tenant domain.TenantI
 		}
 		mv, err = scanMove(tx.QueryRow(ctx, `SELECT `+moveColumns+` FROM tenant_moves WHERE tenant = $1 AND phase IN ('copying', 'frozen', 'switched')`, tenant))
 		switch {
-		case err == nil && mv.Target == target && mv.Phase != PhaseSwitched:
-			return nil // resume
+		case err == nil && mv.Target == target:
+			return nil // resume (a switched move only records its freeze, if a crash left it unrecorded)
 		case err == nil:
 			return fmt.Errorf("%w (%s to %s, %s): finish it (`move --finish`) or go back (`move --back`) first", ErrMoveOpen, mv.Source, mv.Target, mv.Phase)
 		case !errors.Is(err, pgx.ErrNoRows):
