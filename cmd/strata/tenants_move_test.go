@@ -363,7 +363,7 @@ func TestTenantMoveResumesAfterKill(t *testing.T) {
 		t.Fatalf("provision: %s", errOut)
 	}
 	base, _, stop := startServe(t, vars)
-	defer stop()
+	defer func() { stop() }() // the serve running at the end (restarted below)
 	waitReady(t, base)
 	tok, err := auth.Sign([]byte(tenantsSecret), auth.Claims{Subject: "load", Tenant: "zeta"}, time.Hour)
 	if err != nil {
@@ -425,6 +425,17 @@ func TestTenantMoveResumesAfterKill(t *testing.T) {
 	}
 	if rows := countTenantRows(t, euURL, "zeta"); rows != 0 {
 		t.Errorf("eu holds %d rows of zeta after the last move back", rows)
+	}
+	// eu's log is empty again, below its runners' checkpoints: restarted,
+	// they must not take that for a restore (ahead_of_log): the purge left
+	// the log's watermark.
+	stop()
+	base, _, stop = startServe(t, vars)
+	waitReady(t, base)
+	var ahead int64
+	queryOn(t, euURL, `SELECT count(*) FROM strata.projection_checkpoints WHERE status = 'ahead_of_log'`, nil, &ahead)
+	if ahead != 0 || countEvents(t, euURL, "zeta") != 0 {
+		t.Errorf("eu after a restart: %d projections ahead of the log", ahead)
 	}
 	t.Logf("zeta: %d orders acknowledged through 4 killed and resumed moves; %s", w.n.Load(), w.errorSummary())
 }
