@@ -14,6 +14,8 @@ import (
 
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/placement"
 	"github.com/strata-es/strata/internal/tenancy"
@@ -85,6 +87,9 @@ func cmdTenantsMove(ctx context.Context, sub string, args []string, e env, stdou
 	lastPhase := ""
 	mover := placement.NewMover(placement.MoverConfig{Control: owner, Directory: store, Open: sides.open,
 		Projections: projections.Names(mods.Projections()), Tables: tables, Lease: lease,
+		LogEnd: func(ctx context.Context, s placement.Side) (event.Position, error) {
+			return postgres.New(s.App, s.Proj).LastCommitted(ctx)
+		},
 		Progress: func(mv placement.Move) {
 			if mv.Phase != lastPhase || mv.Phase == placement.PhaseCopying {
 				fmt.Fprintf(stderr, "move %s %s -> %s: %s, %d events copied, %d to go, %d idempotency records\n",

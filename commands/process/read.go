@@ -174,19 +174,9 @@ func ReadInstance(ctx context.Context, q projections.BatchSender, tenant, proces
 	found := false
 	b := &pgx.Batch{}
 	b.Queue(db.SetTenantSQL, tenant)
-	b.Queue(instanceSelect+`, i.state, i.last_event FROM process_instances i WHERE i.tenant_id = $1 AND i.process = $2 AND i.instance = $3`,
-		tenant, process, instance).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var state, last []byte
-			err := rows.Scan(&d.Tenant, &d.Process, &d.Instance.Instance, &d.Stream, &d.Status, &d.Done, &d.Parked, &d.Inputs,
-				&d.CreatedAt, &d.UpdatedAt, &d.LastProgressAt, &d.PendingSteps, &d.PendingDeadlines, &d.NextDeadline, &state, &last)
-			if err != nil {
-				return err
-			}
-			d.State, d.LastEvent, found = state, last, true
-		}
-		return rows.Err()
-	})
+	// The history first, the instance's row after it: each statement reads
+	// its own snapshot, and a row at least as new as the history never
+	// shows fewer inputs or an older status than the history it comes with.
 	b.Queue(`SELECT id, kind, summary, status_after, note, at FROM process_history WHERE tenant_id = $1 AND process = $2 AND instance = $3 ORDER BY id`,
 		tenant, process, instance).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -197,6 +187,19 @@ func ReadInstance(ctx context.Context, q projections.BatchSender, tenant, proces
 			}
 			h.Summary = sum
 			d.History = append(d.History, h)
+		}
+		return rows.Err()
+	})
+	b.Queue(instanceSelect+`, i.state, i.last_event FROM process_instances i WHERE i.tenant_id = $1 AND i.process = $2 AND i.instance = $3`,
+		tenant, process, instance).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var state, last []byte
+			err := rows.Scan(&d.Tenant, &d.Process, &d.Instance.Instance, &d.Stream, &d.Status, &d.Done, &d.Parked, &d.Inputs,
+				&d.CreatedAt, &d.UpdatedAt, &d.LastProgressAt, &d.PendingSteps, &d.PendingDeadlines, &d.NextDeadline, &state, &last)
+			if err != nil {
+				return err
+			}
+			d.State, d.LastEvent, found = state, last, true
 		}
 		return rows.Err()
 	})

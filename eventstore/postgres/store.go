@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain/event"
@@ -458,19 +457,6 @@ func (s *Store) LogEnd(ctx context.Context) (event.Position, error) {
 		return mark, nil
 	}
 	return end, nil
-}
-
-// RaiseWatermark records the newest committed position in log_watermark
-// (on q, a transaction of the owner) before a purge deletes events, if it
-// is beyond the mark already there.
-func RaiseWatermark(ctx context.Context, q interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}) error {
-	_, err := q.Exec(ctx, `INSERT INTO log_watermark (pos_major, pos_minor)
-		SELECT tx_id::text::numeric, position FROM events ORDER BY tx_id DESC, position DESC LIMIT 1
-		ON CONFLICT (id) DO UPDATE SET pos_major = EXCLUDED.pos_major, pos_minor = EXCLUDED.pos_minor, set_at = now()
-		WHERE (log_watermark.pos_major, log_watermark.pos_minor) < (EXCLUDED.pos_major, EXCLUDED.pos_minor)`)
-	return err
 }
 
 // Lag counts the events a reader at after has not seen yet and returns the

@@ -13,7 +13,6 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/internal/pgsession"
@@ -73,6 +72,9 @@ type MoverConfig struct {
 	// purge; Tables are the read-model tables compared before the switch.
 	Projections []string
 	Tables      []string
+	// LogEnd returns the newest committed position of a side's log (the
+	// PostgreSQL store's LastCommitted): the runners must reach it.
+	LogEnd func(ctx context.Context, s Side) (event.Position, error)
 	// Batch is the events per copy transaction (default 500); FreezeAt the
 	// remaining events below which the write freeze begins (default 200).
 	Batch    int
@@ -323,8 +325,13 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 		if err := m.copyKeys(ctx, &mv, src, dst); err != nil {
 			return mv, m.fail(ctx, &mv, err)
 		}
+		// Both sides' runners past the tenant's last event: the source's
+		// read models are what the target's must equal.
 		if err := m.caughtUp(ctx, dst, m.cfg.CatchUpTimeout); err != nil {
 			return mv, m.abort(ctx, &mv, src, fmt.Errorf("the target's runners: %w", err))
+		}
+		if err := m.caughtUp(ctx, src, m.cfg.CatchUpTimeout); err != nil {
+			return mv, m.abort(ctx, &mv, src, fmt.Errorf("the source's runners: %w", err))
 		}
 		if err := m.verify(ctx, &mv, src, dst); err != nil {
 			return mv, m.abort(ctx, &mv, src, err)
@@ -595,7 +602,7 @@ func (m *Mover) copyKeys(ctx context.Context, mv *Move, src, dst Side) error {
 // caughtUp waits until every projection of the side has applied its log
 // to the end committed now.
 func (m *Mover) caughtUp(ctx context.Context, s Side, timeout time.Duration) error {
-	head, err := postgres.New(s.App, s.Proj).LastCommitted(ctx)
+	head, err := m.cfg.LogEnd(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -664,9 +671,4 @@ func (m *Mover) verify(ctx context.Context, mv *Move, src, dst Side) error {
 	}
 	mv.Verified = b
 	return nil
-}
-
-// logEnd is the side's newest committed position.
-func logEnd(ctx context.Context, s Side) (event.Position, error) {
-	return postgres.New(s.App, s.Proj).LastCommitted(ctx)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
 )
@@ -188,7 +187,7 @@ func (m *Mover) purge(ctx context.Context, s Side, tenant domain.TenantID) (Purg
 		name := pgx.Identifier{db.Schema, table}.Sanitize()
 		err := eraserTx(func(tx pgx.Tx) error {
 			if table == "events" {
-				if err := postgres.RaiseWatermark(ctx, tx); err != nil {
+				if err := db.RaiseLogWatermark(ctx, tx); err != nil {
 					return fmt.Errorf("raise the log's watermark: %w", err)
 				}
 			}

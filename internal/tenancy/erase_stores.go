@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
 )
 
@@ -242,7 +241,7 @@ func (e *Eraser) eraseStore(ctx context.Context, w *Erasure, i int) error {
 		if s.Name == "table:events" {
 			// Deleting the newest events must not carry the end of the log
 			// back below the runners' checkpoints (migration 014).
-			if err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error { return postgres.RaiseWatermark(ctx, tx) }); err != nil {
+			if err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error { return db.RaiseLogWatermark(ctx, tx) }); err != nil {
 				return fmt.Errorf("raise the log's watermark: %w", err)
 			}
 		}
