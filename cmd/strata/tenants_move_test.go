@@ -289,6 +289,27 @@ func TestTenantMoveWhileItWrites(t *testing.T) {
 	}
 }
 
+// zetaBesideEU: the placement eu added, the tenant zeta provisioned in the
+// pool, serve running; w is zeta's writer, not started.
+func zetaBesideEU(t *testing.T) (euURL string, vars map[string]string, cli func(args ...string) (int, string, string), w *moveWriter, stop func() int) {
+	t.Helper()
+	_, euURL, _, vars, cli = twoPlacements(t)
+	vars["STRATA_RATE_COMMANDS"] = "unlimited"
+	if code, _, errOut := cli("placements", "add", "eu", "--url", euURL); code != exitOK {
+		t.Fatalf("placements add: %s", errOut)
+	}
+	if code, _, errOut := cli("tenants", "provision", "zeta"); code != exitOK {
+		t.Fatalf("provision: %s", errOut)
+	}
+	base, _, stop := startServe(t, vars)
+	waitReady(t, base)
+	tok, err := auth.Sign([]byte(tenantsSecret), auth.Claims{Subject: "load", Tenant: "zeta"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return euURL, vars, cli, &moveWriter{tenant: "zeta", token: tok, base: base}, stop
+}
+
 // countEvents counts the tenant's events in a database.
 func countEvents(t *testing.T, url, tenant string) int64 {
 	t.Helper()
@@ -352,24 +373,11 @@ func queryOn(t *testing.T, url, sql string, args []any, dest ...any) {
 // acknowledged order, has none twice and meets only 503s. Each round goes
 // back to the pool before the next.
 func TestTenantMoveResumesAfterKill(t *testing.T) {
-	_, euURL, _, vars, cli := twoPlacements(t)
-	vars["STRATA_RATE_COMMANDS"] = "unlimited"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if code, _, errOut := cli("placements", "add", "eu", "--url", euURL); code != exitOK {
-		t.Fatalf("placements add: %s", errOut)
-	}
-	if code, _, errOut := cli("tenants", "provision", "zeta"); code != exitOK {
-		t.Fatalf("provision: %s", errOut)
-	}
-	base, _, stop := startServe(t, vars)
+	euURL, vars, cli, w, stop := zetaBesideEU(t)
 	defer func() { stop() }() // the serve running at the end (restarted below)
-	waitReady(t, base)
-	tok, err := auth.Sign([]byte(tenantsSecret), auth.Claims{Subject: "load", Tenant: "zeta"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &moveWriter{tenant: "zeta", token: tok, base: base}
+	base := w.base
 	wctx, stopWriter := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -452,24 +460,10 @@ func TestTenantMoveFreezeWindow(t *testing.T) {
 			t.Fatalf("STRATA_TEST_MOVE_ROUNDS=%q: want a positive number", v)
 		}
 	}
-	_, euURL, _, vars, cli := twoPlacements(t)
-	vars["STRATA_RATE_COMMANDS"] = "unlimited"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if code, _, errOut := cli("placements", "add", "eu", "--url", euURL); code != exitOK {
-		t.Fatalf("placements add: %s", errOut)
-	}
-	if code, _, errOut := cli("tenants", "provision", "zeta"); code != exitOK {
-		t.Fatalf("provision: %s", errOut)
-	}
-	base, _, stop := startServe(t, vars)
+	_, _, cli, w, stop := zetaBesideEU(t)
 	defer stop()
-	waitReady(t, base)
-	tok, err := auth.Sign([]byte(tenantsSecret), auth.Claims{Subject: "load", Tenant: "zeta"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &moveWriter{tenant: "zeta", token: tok, base: base}
 	wctx, stopWriters := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for g := range 4 {

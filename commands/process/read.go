@@ -173,23 +173,10 @@ func ReadInstance(ctx context.Context, q projections.BatchSender, tenant, proces
 	var d InstanceDetail
 	found := false
 	b := &pgx.Batch{}
+	// One snapshot for the row, its history, steps and deadlines: read
+	// with a snapshot each, a history could come with an older row.
+	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
 	b.Queue(db.SetTenantSQL, tenant)
-	// The history first, the instance's row after it: each statement reads
-	// its own snapshot, and a row at least as new as the history never
-	// shows fewer inputs or an older status than the history it comes with.
-	b.Queue(`SELECT id, kind, summary, status_after, note, at FROM process_history WHERE tenant_id = $1 AND process = $2 AND instance = $3 ORDER BY id`,
-		tenant, process, instance).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var h HistoryEntry
-			var sum []byte
-			if err := rows.Scan(&h.ID, &h.Kind, &sum, &h.StatusAfter, &h.Note, &h.At); err != nil {
-				return err
-			}
-			h.Summary = sum
-			d.History = append(d.History, h)
-		}
-		return rows.Err()
-	})
 	b.Queue(instanceSelect+`, i.state, i.last_event FROM process_instances i WHERE i.tenant_id = $1 AND i.process = $2 AND i.instance = $3`,
 		tenant, process, instance).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -200,6 +187,19 @@ func ReadInstance(ctx context.Context, q projections.BatchSender, tenant, proces
 				return err
 			}
 			d.State, d.LastEvent, found = state, last, true
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT id, kind, summary, status_after, note, at FROM process_history WHERE tenant_id = $1 AND process = $2 AND instance = $3 ORDER BY id`,
+		tenant, process, instance).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var h HistoryEntry
+			var sum []byte
+			if err := rows.Scan(&h.ID, &h.Kind, &sum, &h.StatusAfter, &h.Note, &h.At); err != nil {
+				return err
+			}
+			h.Summary = sum
+			d.History = append(d.History, h)
 		}
 		return rows.Err()
 	})
@@ -232,6 +232,7 @@ FROM process_steps WHERE tenant_id = $1 AND process = $2 AND instance = $3 ORDER
 		}
 		return rows.Err()
 	})
+	b.Queue(`COMMIT`)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return d, fmt.Errorf("read process instance %s/%s: %w", process, instance, err)
 	}
