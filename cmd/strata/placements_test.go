@@ -225,14 +225,9 @@ func twoPlacements(t *testing.T) (poolURL, euURL string, second *pgembed.Server,
 // execOn runs one statement on url.
 func execOn(t *testing.T, url, sql string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
+	withConn(t, url, func(ctx context.Context, conn *pgx.Conn) {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -322,13 +322,13 @@ func countEvents(t *testing.T, url, tenant string) int64 {
 // schema that has a tenant_id column.
 func countTenantRows(t *testing.T, url, tenant string) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	var total int64
+	withConn(t, url, func(ctx context.Context, conn *pgx.Conn) { total = countRowsOn(ctx, t, conn, tenant) })
+	return total
+}
+
+func countRowsOn(ctx context.Context, t *testing.T, conn *pgx.Conn, tenant string) int64 {
+	t.Helper()
 	rows, err := conn.Query(ctx, `SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'strata' AND a.attname = 'tenant_id' AND c.relkind IN ('r', 'p') AND NOT a.attisdropped`)
 	if err != nil {
@@ -352,7 +352,18 @@ func countTenantRows(t *testing.T, url, tenant string) int64 {
 	return total
 }
 
+// queryOn scans one row of sql on a connection of its own to url.
 func queryOn(t *testing.T, url, sql string, args []any, dest ...any) {
+	t.Helper()
+	withConn(t, url, func(ctx context.Context, conn *pgx.Conn) {
+		if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// withConn runs fn on a connection of its own to url (30s at most).
+func withConn(t *testing.T, url string, fn func(ctx context.Context, conn *pgx.Conn)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -361,9 +372,7 @@ func queryOn(t *testing.T, url, sql string, args []any, dest ...any) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
-		t.Fatal(err)
-	}
+	fn(ctx, conn)
 }
 
 // TestTenantMoveResumesAfterKill: the move is killed (SIGKILL, at a
