@@ -212,12 +212,18 @@ func placementView(p placement.Placement, tenants int) placementJSON {
 	return placementJSON{Placement: p, URL: p.Redacted(), Tenants: tenants}
 }
 
-func listPlacements(ctx context.Context, reg *placement.Registry, asJSON bool, stdout io.Writer) error {
+// placementsWithTenants is every placement and its count of tenants.
+func placementsWithTenants(ctx context.Context, reg *placement.Registry) ([]placement.Placement, map[string]int, error) {
 	ps, err := reg.List(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	counts, err := reg.Tenants(ctx)
+	return ps, counts, err
+}
+
+func listPlacements(ctx context.Context, reg *placement.Registry, asJSON bool, stdout io.Writer) error {
+	ps, counts, err := placementsWithTenants(ctx, reg)
 	if err != nil {
 		return err
 	}
@@ -260,11 +266,7 @@ type placementRunners struct {
 }
 
 func placementsStatus(ctx context.Context, e env, reg *placement.Registry, only string, asJSON bool, stdout io.Writer) error {
-	ps, err := reg.List(ctx)
-	if err != nil {
-		return err
-	}
-	counts, err := reg.Tenants(ctx)
+	ps, counts, err := placementsWithTenants(ctx, reg)
 	if err != nil {
 		return err
 	}

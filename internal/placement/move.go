@@ -133,12 +133,7 @@ func NewMover(cfg MoverConfig) *Mover {
 }
 
 func (m *Mover) control(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, m.cfg.Control, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleOwner); err != nil {
-			return fmt.Errorf("become %s (the owner connection must be a member): %w", db.RoleOwner, err)
-		}
-		return fn(tx)
-	})
+	return db.OwnerTx(ctx, m.cfg.Control, fn)
 }
 
 const moveColumns = `id, tenant, source, target, phase, copied_events, copied_keys, remaining, frozen_at, freeze_ms, verified,
@@ -406,12 +401,10 @@ func projectorTx(ctx context.Context, s Side, tenant domain.TenantID, fn func(pg
 
 // ownerTx runs fn on the side's owner connection as strata_owner.
 func ownerTx(ctx context.Context, s Side, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.Owner, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleOwner); err != nil {
-			return fmt.Errorf("become %s on placement %s: %w", db.RoleOwner, s.Name, err)
-		}
-		return fn(tx)
-	})
+	if err := db.OwnerTx(ctx, s.Owner, fn); err != nil {
+		return fmt.Errorf("placement %s: %w", s.Name, err)
+	}
+	return nil
 }
 
 // freeze makes the side refuse the tenant's writes (migration 014).

@@ -73,12 +73,7 @@ type Registry struct {
 func NewRegistry(owner *pgxpool.Pool) *Registry { return &Registry{pool: owner} }
 
 func (r *Registry) ownerTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleOwner); err != nil {
-			return fmt.Errorf("become %s (the owner connection must be a member): %w", db.RoleOwner, err)
-		}
-		return fn(tx)
-	})
+	return db.OwnerTx(ctx, r.pool, fn)
 }
 
 const columns = `name, url, status, epoch, note, added_at, updated_at`

@@ -67,12 +67,7 @@ type Actor struct {
 
 // ownerTx runs fn in a transaction as strata_owner.
 func (s *Store) ownerTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleOwner); err != nil {
-			return fmt.Errorf("become %s (the owner connection must be a member): %w", db.RoleOwner, err)
-		}
-		return fn(tx)
-	})
+	return db.OwnerTx(ctx, s.cfg.Pool, fn)
 }
 
 // audit records a call before it runs: a call that fails afterwards is

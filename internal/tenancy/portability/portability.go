@@ -160,12 +160,7 @@ func tenantTx(ctx context.Context, pool *pgxpool.Pool, role string, tenant domai
 
 // ownerTx runs fn as strata_owner on the owner connection.
 func (s *Service) ownerTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.cfg.Owner, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleOwner); err != nil {
-			return fmt.Errorf("become %s (the owner connection must be a member): %w", db.RoleOwner, err)
-		}
-		return fn(tx)
-	})
+	return db.OwnerTx(ctx, s.cfg.Owner, fn)
 }
 
 // audit records a platform call in tenant_audit before it runs.
