@@ -30,6 +30,9 @@ const (
 )
 
 // Move is one row of tenant_moves: a tenant's move and how far it got.
+// CopiedEvents and CopiedKeys are the tenant's events and idempotency
+// records the target holds (counted again when a killed run resumes, since
+// a batch may have committed after the last save).
 type Move struct {
 	ID           int64             `json:"id"`
 	Tenant       domain.TenantID   `json:"tenant"`
@@ -271,6 +274,15 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 		return mv, m.fail(ctx, &mv, fmt.Errorf("open the target %s: %w", mv.Target, err))
 	}
 	mv.LastError = ""
+	if mv.Phase != PhaseSwitched {
+		// A run killed after a batch committed but before the move saved
+		// its counts: count what the target holds instead.
+		if err := tenantTx(ctx, dst, mv.Tenant, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM idempotency_keys)`).Scan(&mv.CopiedEvents, &mv.CopiedKeys)
+		}); err != nil {
+			return mv, m.fail(ctx, &mv, fmt.Errorf("count the tenant's rows in %s: %w", dst.Name, err))
+		}
+	}
 	if mv.Phase == PhaseCopying {
 		// A target that was this tenant's source before (a move back) may
 		// still refuse its writes.

@@ -26,7 +26,7 @@ const (
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Erase, Restore, R18}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Erase, Move, Restore, R18}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -245,6 +245,7 @@ type Config struct {
 	R18     R18Config
 	PM1     PM1Config     // zero: DefaultPM1()
 	Erase   EraseConfig   // zero: DefaultErase()
+	Move    MoveConfig    // zero: DefaultMove()
 	Restore RestoreConfig // zero: DefaultRestore()
 }
 

@@ -123,6 +123,8 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runPM1(ctx, r)
 		case Erase:
 			err = e.runErase(ctx, r)
+		case Move:
+			err = e.runMove(ctx, r)
 		case Restore:
 			err = e.runRestore(ctx, r)
 		case R11, R12:
@@ -200,7 +202,13 @@ func (e *env) adminURL(name string) string { return e.pg.URLFor(name) }
 
 // createDatabase makes an empty database.
 func (e *env) createDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, e.pg.URL())
+	return createDatabaseOn(ctx, e.pg, name)
+}
+
+// createDatabaseOn makes an empty database on the cluster srv (MOVE
+// starts a second one).
+func createDatabaseOn(ctx context.Context, srv *pgembed.Server, name string) error {
+	conn, err := pgx.Connect(ctx, srv.URL())
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,9 @@ type Op struct {
 	Version  int64  // ok: the order's version after the command
 	Status   int    // the final status (0 when unresolved)
 	Code     string // fail: the error code
+	// cmd is the request every attempt sent (MOVE sends it again after
+	// the move, to see its stored outcome replayed).
+	cmd command
 }
 
 // hadInfo reports whether some attempt was indeterminate (the command

@@ -145,6 +145,9 @@ type loadRun struct {
 	// first success after PostgreSQL is back).
 	onAttempt func(Attempt)
 	done      atomic.Int64 // operations finished
+	// halted stops issuing new commands (those in flight still resolve):
+	// MOVE runs the load until its move has finished, however long that is.
+	halted atomic.Bool
 	// inflight counts the attempts under way per serve process, so that
 	// R1 can kill a process while it is executing commands (the case where
 	// a commit may have happened but its response is lost).
@@ -192,7 +195,7 @@ func (l *loadRun) run(ctx context.Context, rngFor func(client int) *rand.Rand) {
 						}
 					}
 				}
-				if ctx.Err() != nil || time.Now().After(deadline) {
+				if ctx.Err() != nil || time.Now().After(deadline) || l.halted.Load() {
 					return
 				}
 				s := l.w.streams[rng.IntN(len(l.w.streams))]
@@ -208,7 +211,7 @@ func (l *loadRun) run(ctx context.Context, rngFor func(client int) *rand.Rand) {
 // attempts with the same idempotency key (on any serve process) until an
 // attempt is definite or RetryFor has passed.
 func (l *loadRun) execute(ctx context.Context, rng *rand.Rand, client int, s *stream, key string, cmd command) {
-	op := &Op{Client: client, Tenant: s.tenant, Order: s.order, Kind: cmd.kind, Key: key, Start: time.Now(), Outcome: Info}
+	op := &Op{Client: client, Tenant: s.tenant, Order: s.order, Kind: cmd.kind, Key: key, Start: time.Now(), Outcome: Info, cmd: cmd}
 	defer func() {
 		op.End = time.Now()
 		l.hist.add(op)

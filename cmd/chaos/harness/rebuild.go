@@ -17,6 +17,7 @@ import (
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -144,16 +145,23 @@ type rebuildVerdict struct {
 // from the first event by the projections package itself; then it compares
 // per table and tenant the checksum of the rows.
 func (e *env) compareWithRebuild(ctx context.Context, liveDB string) (rebuildVerdict, error) {
+	return compareWithRebuildOn(ctx, e.pg, liveDB)
+}
+
+// compareWithRebuildOn is compareWithRebuild for a database of the cluster
+// srv; the reference is built on the same cluster, so that the copied
+// transaction ids are that cluster's own.
+func compareWithRebuildOn(ctx context.Context, srv *pgembed.Server, liveDB string) (rebuildVerdict, error) {
 	var v rebuildVerdict
 	refDB := liveDB + "_rebuild"
-	if err := e.createDatabase(ctx, refDB); err != nil {
+	if err := createDatabaseOn(ctx, srv, refDB); err != nil {
 		return v, err
 	}
-	refURL := e.adminURL(refDB)
+	refURL := srv.URLFor(refDB)
 	if err := db.Up(ctx, refURL, nil, modules.All().Lines()...); err != nil {
 		return v, fmt.Errorf("migrate the rebuild database: %w", err)
 	}
-	live, err := connectAdmin(ctx, e.adminURL(liveDB))
+	live, err := connectAdmin(ctx, srv.URLFor(liveDB))
 	if err != nil {
 		return v, err
 	}

@@ -37,6 +37,12 @@ type ledgerVerdict struct {
 // log. It is a second, independent witness beside the rebuild comparison:
 // a skipped event is named here.
 func (e *env) verifyLedgers(ctx context.Context, r *Result, url, name string) error {
+	return e.verifyLedgersOf(ctx, r, url, name, "")
+}
+
+// verifyLedgersOf is verifyLedgers with the criterion's name prefixed by
+// the database it judges (MOVE judges two).
+func (e *env) verifyLedgersOf(ctx context.Context, r *Result, url, name, label string) error {
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(vctx, e.cfg.Strata, "replay", "verify", "--json")
@@ -66,7 +72,7 @@ func (e *env) verifyLedgers(ctx context.Context, r *Result, url, name string) er
 			r.note("LEDGER: %s tenant %s: %s%s (%d events) after %s", x.Projection, x.Tenant, x.Problem, ev, x.Missing, x.After)
 		}
 	}
-	r.check("replay verify: every projection's ledger agrees with the log", "all complete",
+	r.check(label+"replay verify: every projection's ledger agrees with the log", "all complete",
 		fmt.Sprintf("%d/%d complete (%d ms)", len(v.Verdicts)-bad, len(v.Verdicts), v.TookMS), v.Complete && bad == 0 && len(v.Verdicts) > 0)
 	return nil
 }
