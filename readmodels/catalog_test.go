@@ -54,6 +54,10 @@ var globalTables = []string{"schema_migrations", "projection_checkpoints", "proj
 	// on its source (read by the log's trigger: the tenant's name, no data)
 	// and the moves' bookkeeping in the control plane (owner only).
 	"tenant_write_freezes", "tenant_moves",
+	// Tenants arriving by a move (migration 015): the tenant's name and the
+	// position through which its events are copies, read by the process
+	// runners.
+	"tenant_arrivals",
 	// The log's end before a purge deleted its newest events (migration
 	// 014): one row, no tenant's data.
 	"log_watermark"}

@@ -33,7 +33,8 @@ type dueDeadline struct {
 const scanChunk = 200
 
 // work1 looks at the outbox and the deadlines of every tenant that may
-// have work, fires the due deadlines (one transaction each, on the lease's
+// have work (but a frozen one: a tenant moving away, or gone, whose state
+// the target placement works from the switch on), fires the due deadlines (one transaction each, on the lease's
 // session) and hands the due steps to the dispatcher. It returns the
 // earliest time something not yet due falls due (zero: nothing pending),
 // and busy when it should look again at once (it fired deadlines, whose
@@ -60,7 +61,8 @@ func (r *Runner) work1(ctx, dctx context.Context, conn *pgx.Conn) (next time.Tim
 		for _, t := range tenants[lo:min(lo+scanChunk, len(tenants))] {
 			b.Queue(db.SetTenantSQL, t)
 			b.Queue(`SELECT instance, step, kind, name, payload, idem_key, attempts FROM process_steps
-WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND next_attempt_at <= $3 ORDER BY next_attempt_at LIMIT $4`,
+WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND next_attempt_at <= $3
+  AND NOT EXISTS (SELECT FROM tenant_write_freezes WHERE tenant = $1) ORDER BY next_attempt_at LIMIT $4`,
 				t, r.name, now, 2*r.cfg.Concurrency).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					s := dueStep{id: stepID{tenant: t}}
@@ -74,7 +76,8 @@ WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND next_attempt_at
 				return rows.Err()
 			})
 			b.Queue(`SELECT instance, name, due_at FROM process_deadlines
-WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND due_at <= $3 ORDER BY due_at LIMIT $4`,
+WHERE tenant_id = $1 AND process = $2 AND status = 'pending' AND due_at <= $3
+  AND NOT EXISTS (SELECT FROM tenant_write_freezes WHERE tenant = $1) ORDER BY due_at LIMIT $4`,
 				t, r.name, now, r.cfg.BatchSize).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					d := dueDeadline{tenant: t}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -210,6 +212,9 @@ func (m *Mover) Start(ctx context.Context, subject string, tenant domain.TenantI
 		if current == target {
 			return fmt.Errorf("%w: tenant %s is already in %s", domain.ErrRejected, tenant, target)
 		}
+		if err := m.refuseParkedProcesses(ctx, tenant, current); err != nil {
+			return err
+		}
 		var tstatus string
 		err = tx.QueryRow(ctx, `SELECT status FROM placements WHERE name = $1`, target).Scan(&tstatus)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -230,6 +235,34 @@ func (m *Mover) Start(ctx context.Context, subject string, tenant domain.TenantI
 		return err
 	})
 	return mv, err
+}
+
+// refuseParkedProcesses refuses to move a tenant with a parked process
+// instance: its dead letter holds the source log's position and would not
+// follow it, so the instance would stay parked in the target with nothing
+// to retry. Retry or discard it first (`strata replay dlq`).
+func (m *Mover) refuseParkedProcesses(ctx context.Context, tenant domain.TenantID, placement string) error {
+	src, err := m.cfg.Open(ctx, placement)
+	if err != nil {
+		return err
+	}
+	var parked []string
+	err = tenantTx(ctx, src, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT process || '/' || instance FROM process_instances WHERE parked ORDER BY 1 LIMIT 5`)
+		if err != nil {
+			return err
+		}
+		parked, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("look for the tenant's parked process instances in %s: %w", placement, err)
+	}
+	if len(parked) > 0 {
+		return fmt.Errorf("%w: tenant %s has parked process instances (%s): retry or discard them first (`strata replay dlq list`), their dead letters do not move",
+			domain.ErrRejected, tenant, strings.Join(parked, ", "))
+	}
+	return nil
 }
 
 // save writes the move's progress.
@@ -289,6 +322,11 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 		if err := unfreeze(ctx, dst, mv.Tenant); err != nil {
 			return mv, m.fail(ctx, &mv, err)
 		}
+		// Before the first copy: the target's process managers pass the
+		// tenant's events over, every one of them a copy until the switch.
+		if err := arriving(ctx, dst, mv.Tenant, mv.Source); err != nil {
+			return mv, m.fail(ctx, &mv, err)
+		}
 		if err := m.copyKeys(ctx, &mv, src, dst); err != nil {
 			return mv, m.fail(ctx, &mv, err)
 		}
@@ -342,6 +380,15 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 		}
 		if err := m.verify(ctx, &mv, src, dst); err != nil {
 			return mv, m.abort(ctx, &mv, src, err)
+		}
+		// The source's process managers have decided every event of the
+		// tenant (caughtUp above): their state goes with it, and the
+		// target's pass over the copies.
+		if err := copyProcessState(ctx, src, dst, mv.Tenant); err != nil {
+			return mv, m.fail(ctx, &mv, err)
+		}
+		if err := arrived(ctx, dst, mv.Tenant); err != nil {
+			return mv, m.fail(ctx, &mv, err)
 		}
 		failpoint.Hit("move.before-switch")
 		if err := m.switchDirectory(ctx, &mv); err != nil {
@@ -611,14 +658,32 @@ func (m *Mover) caughtUp(ctx context.Context, s Side, timeout time.Duration) err
 	if err != nil {
 		return err
 	}
+	// The configured projections, and every other runner of the side
+	// (its process managers, the relay) that runs: a process manager
+	// behind the tenant's last event would decide it after its state was
+	// copied, and the target never would.
+	names := slices.Clone(m.cfg.Projections)
+	rows, err := s.App.Query(ctx, `SELECT projection FROM projection_checkpoints WHERE status = 'running' ORDER BY projection`)
+	if err != nil {
+		return err
+	}
+	running, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range running {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
 	deadline := time.Now().Add(timeout)
 	for {
-		cps, err := projections.ReadCheckpoints(ctx, s.App, m.cfg.Projections...)
+		cps, err := projections.ReadCheckpoints(ctx, s.App, names...)
 		if err != nil {
 			return err
 		}
 		var behind []string
-		for _, name := range m.cfg.Projections {
+		for _, name := range names {
 			cp, ok := cps[name]
 			if !ok || cp.Position.Less(head) {
 				behind = append(behind, name)
@@ -628,7 +693,7 @@ func (m *Mover) caughtUp(ctx context.Context, s Side, timeout time.Duration) err
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("projections %v of %s have not reached %s within %s (does a serving process run its runners?)", behind, s.Name, head.Token(), timeout)
+			return fmt.Errorf("runners %v of %s have not reached %s within %s (does a serving process run them?)", behind, s.Name, head.Token(), timeout)
 		}
 		if !pgsession.Sleep(ctx, m.cfg.Poll) {
 			return ctx.Err()
