@@ -26,6 +26,7 @@ func TestTenantMoveCarriesProcessState(t *testing.T) {
 	vars["STRATA_PROCESSES"] = "all"
 	vars["STRATA_PAYMENT_TIMEOUT"] = "8s"
 	vars["STRATA_PROCESS_POLL"] = "100ms"
+	vars["STRATA_RELAY"] = "sql" // the relay publishes into the database's watermill table
 	if code, _, errOut := cli("placements", "add", "eu", "--url", euURL); code != exitOK {
 		t.Fatalf("placements add: %s", errOut)
 	}
@@ -122,12 +123,21 @@ func TestTenantMoveCarriesProcessState(t *testing.T) {
 	queryOn(t, euURL, `SELECT tx_id::text || '/' || position FROM strata.events ORDER BY tx_id DESC, position DESC LIMIT 1`, nil, &head)
 	waitUntil(t, 20*time.Second, func() bool {
 		var at bool
-		queryOn(t, euURL, `SELECT coalesce((SELECT (pos_major, pos_minor) >= (split_part($1, '/', 1)::numeric, split_part($1, '/', 2)::numeric)
-			FROM strata.projection_checkpoints WHERE projection = 'fulfilment'), false)`, []any{head}, &at)
+		queryOn(t, euURL, `SELECT count(*) = 2 AND bool_and((pos_major, pos_minor) >= (split_part($1, '/', 1)::numeric, split_part($1, '/', 2)::numeric))
+			FROM strata.projection_checkpoints WHERE projection = 'fulfilment' OR projection LIKE 'relay\_%'`, []any{head}, &at)
 		return at
-	}, "the target's fulfilment runner at the head of its log")
+	}, "the target's fulfilment runner and relay at the head of its log")
 	if got := state(euURL); got != before {
 		t.Fatalf("the target's process state after its runner passed the copies:\n got %q\nwant %q", got, before)
+	}
+	// The relay passed them over too: the pool published each of them.
+	const published = `SELECT count(*) FROM strata.watermill_strata_events WHERE metadata::jsonb->>'tenant' = 'zeta'`
+	var inPool, inEU, poolEvents int64
+	queryOn(t, poolURL, published, nil, &inPool)
+	queryOn(t, euURL, published, nil, &inEU)
+	poolEvents = countEvents(t, poolURL, "zeta")
+	if inPool != poolEvents || inEU != 0 {
+		t.Fatalf("relay: the pool published %d of zeta's %d events, the target %d of the copies (want all, and 0)", inPool, poolEvents, inEU)
 	}
 
 	// The open instance goes on in the target.
@@ -137,6 +147,10 @@ func TestTenantMoveCarriesProcessState(t *testing.T) {
 		it := call("GET", "/v1/inventory/p-2", "")
 		return it["on_hand"] == float64(5) && it["reserved"] == float64(0)
 	}, "p-2's stock committed once per order (10 received, 2 and 3 sold)")
+	queryOn(t, euURL, published, nil, &inEU)
+	if inEU == 0 {
+		t.Errorf("relay: the target published none of zeta's events after the move")
+	}
 	var reserves int64
 	queryOn(t, euURL, `SELECT count(*) FROM strata.events WHERE tenant_id = 'zeta' AND event_type = 'inventory.reserved'`, nil, &reserves)
 	if reserves != 2 {

@@ -99,14 +99,14 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		tenant = t
 		return nil
 	}
-	arrived, err := readArrivals(ctx, tx, len(items) > 0)
+	arrived, err := projections.ReadArrivals(ctx, tx, len(items) > 0)
 	if err != nil {
 		return 0, fmt.Errorf("process %s: %w", r.name, err)
 	}
 	added := map[string]bool{}
 	for _, it := range items {
 		rec := it.ev.Record
-		if arrived.copied(rec) {
+		if arrived.Copied(rec) {
 			continue // decided in the placement it came from (skipped in the ledger)
 		}
 		if err := setTenant(rec.Tenant); err != nil {

@@ -51,9 +51,10 @@ var errCheckpointMoved = errors.New("checkpoint moved by another relay")
 // old position makes a relay that wrongly believes it holds the lease
 // harmless: it changes nothing and gives up its session. Commit the
 // returned batch into the book once tx committed.
-func advance(ctx context.Context, tx pgx.Tx, book *projections.LedgerBook, name string, recs []event.Record, from, to event.Position) (projections.LedgerBatch, error) {
+func advance(ctx context.Context, tx pgx.Tx, book *projections.LedgerBook, name string, recs []event.Record, uses []projections.LedgerUse,
+	from, to event.Position) (projections.LedgerBatch, error) {
 	b := &pgx.Batch{}
-	counted := book.Queue(b, recs, func(int) projections.LedgerUse { return projections.LedgerApplied })
+	counted := book.Queue(b, recs, func(i int) projections.LedgerUse { return uses[i] })
 	b.Queue(`UPDATE projection_checkpoints
 SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now()
 WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric`,

@@ -329,10 +329,23 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	if len(recs) == 0 {
 		return 0, nil
 	}
-	msgs := make([]*message.Message, len(recs))
+	// A tenant that arrived by a move: the copies of its events were
+	// published by the placement it left (their message IDs are the
+	// events' own, but a consumer's deduplication window is short).
+	arrived, err := projections.ReadArrivals(ctx, conn, true)
+	if err != nil {
+		return 0, err
+	}
+	msgs := make([]*message.Message, 0, len(recs))
+	uses := make([]projections.LedgerUse, len(recs))
 	for i, rec := range recs {
-		msgs[i] = NewMessage(rec)
-		msgs[i].SetContext(ctx)
+		if arrived.Copied(rec) {
+			continue // skipped in the ledger
+		}
+		uses[i] = projections.LedgerApplied
+		m := NewMessage(rec)
+		m.SetContext(ctx)
+		msgs = append(msgs, m)
 	}
 	next := recs[len(recs)-1].Position
 	if err := r.ledger.Load(ctx, conn, recs); err != nil {
@@ -340,14 +353,14 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	var counted projections.LedgerBatch
 	if r.cfg.Publisher != nil {
-		if err := r.cfg.Publisher.Publish(r.cfg.Topic, msgs...); err != nil {
+		if err := publish(r.cfg.Publisher, r.cfg.Topic, msgs); err != nil {
 			return 0, fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
 		}
 		r.published.Add(int64(len(msgs)))
 		r.logger.DebugContext(ctx, "published batch", "events", len(msgs), "first", recs[0].Position.String(), "last", next.String())
 		failpoint.Hit(FailpointAfterPublish)
 		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			counted, err = advance(ctx, tx, r.ledger, r.name, recs, r.checkpoint, next)
+			counted, err = advance(ctx, tx, r.ledger, r.name, recs, uses, r.checkpoint, next)
 			return err
 		}); err != nil {
 			return 0, err
@@ -358,10 +371,10 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 			if err != nil {
 				return err
 			}
-			if err := pub.Publish(r.cfg.Topic, msgs...); err != nil {
+			if err := publish(pub, r.cfg.Topic, msgs); err != nil {
 				return fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
 			}
-			if counted, err = advance(ctx, tx, r.ledger, r.name, recs, r.checkpoint, next); err != nil {
+			if counted, err = advance(ctx, tx, r.ledger, r.name, recs, uses, r.checkpoint, next); err != nil {
 				return err
 			}
 			failpoint.Hit(FailpointBeforeCommit)
@@ -379,6 +392,14 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	r.status.Checkpoint = next
 	r.mu.Unlock()
 	return len(recs), nil
+}
+
+// publish publishes msgs unless there are none (a batch of copies only).
+func publish(p message.Publisher, topic string, msgs []*message.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	return p.Publish(topic, msgs...)
 }
 
 func (r *Relay) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn time.Duration) {
