@@ -199,6 +199,21 @@ func TestPlacementsServeEachTenantFromItsDatabase(t *testing.T) {
 			}
 		}
 	}
+
+	// The replay tool reaches a placement by name: eu's ledgers hold zeta
+	// and not acme; the pool's (no --placement) the other way round.
+	if code, out, errOut := cli("replay", "verify", "--placement", "eu", "--json"); code != exitOK || !strings.Contains(out, `"tenant": "zeta"`) || strings.Contains(out, `"tenant": "acme"`) {
+		t.Errorf("replay verify --placement eu: %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := cli("replay", "verify", "--json"); code != exitOK || !strings.Contains(out, `"tenant": "acme"`) || strings.Contains(out, `"tenant": "zeta"`) {
+		t.Errorf("replay verify on the pool: %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := cli("replay", "status", "--placement=eu", "--json"); code != exitOK || !strings.Contains(out, "order_details") {
+		t.Errorf("replay status --placement=eu: %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := cli("replay", "status", "--placement", "mars"); code == exitOK || !strings.Contains(errOut, "mars") {
+		t.Errorf("replay status --placement mars: %d %s", code, errOut)
+	}
 }
 
 // twoPlacements migrates a test database (the pool) and starts a second

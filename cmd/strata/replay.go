@@ -34,7 +34,8 @@ Usage:
 It connects with DATABASE_URL (or the embedded PostgreSQL) and works as the
 projector role (through STRATA_PROJECTOR_DATABASE_URL's login when set);
 rebuilds create and swap tables as strata_owner on DATABASE_URL's
-connection.
+connection. --placement NAME (before or after the subcommand) runs it on a
+placement's database instead, found in DATABASE_URL's registry (` + "`strata placements list`" + `).
 
 Exit codes: 0 done; 1 failed (the message says what to do next); 2 bad usage;
 3 nothing to do or not found; 4 busy (another operation holds the
@@ -63,6 +64,10 @@ func usageError(stderr io.Writer, format string, args ...any) int {
 }
 
 func cmdReplay(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
+	args, e, err := replayPlacement(ctx, args, e, stderr)
+	if err != nil {
+		return replayError(stderr, err)
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, replayUsage)
 		return exitUsage
