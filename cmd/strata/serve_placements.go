@@ -19,6 +19,7 @@ import (
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/httpapi"
 	"github.com/strata-es/strata/internal/placement"
+	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/internal/tenancy"
 )
 
@@ -38,6 +39,7 @@ type placementSet struct {
 	autoMigrate bool
 	registry    *placement.Registry // nil without an owner connection
 	owner       *pgxpool.Pool
+	moves       *telemetry.MoveMetrics // the unfinished tenant moves, read at every reload
 	reload      time.Duration
 	logger      *slog.Logger
 
@@ -68,8 +70,10 @@ func wirePlacements(ctx context.Context, a *app, conns dbConns, roles roleSet, b
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	ps.registry = placement.NewRegistry(ps.owner)
+	ps.moves = a.metrics.EnableMoves()
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	ps.initial = ps.attach(lctx)
+	ps.refreshMoves(lctx)
 	cancel()
 	a.workers = append(a.workers, worker{name: "placements", run: ps.run})
 	a.readiness = append(a.readiness, readinessCheck{"placements", ps.ready})
@@ -230,6 +234,7 @@ loop:
 			for _, child := range ps.attach(actx) {
 				start(child)
 			}
+			ps.refreshMoves(actx)
 			cancel()
 		case err = <-failed:
 			break loop
@@ -245,6 +250,32 @@ loop:
 		ps.owner.Close()
 	}
 	return err
+}
+
+// refreshMoves exports the unfinished tenant moves' phase and progress
+// (the move runs in a `strata tenants move` process, too short-lived to be
+// scraped). A failure to read keeps the last values and is logged.
+func (ps *placementSet) refreshMoves(ctx context.Context) {
+	list, err := placement.NewMover(placement.MoverConfig{Control: ps.owner}).Moves(ctx, "")
+	if err != nil {
+		ps.logger.Warn("read the tenant moves for their metrics", "error", err)
+		return
+	}
+	var open []telemetry.MoveSample
+	for _, mv := range list {
+		switch mv.Phase {
+		case placement.PhaseCopying, placement.PhaseFrozen, placement.PhaseSwitched:
+		default:
+			continue
+		}
+		freeze := -1.0
+		if mv.FreezeMS != nil {
+			freeze = *mv.FreezeMS / 1000
+		}
+		open = append(open, telemetry.MoveSample{Tenant: string(mv.Tenant), Source: mv.Source, Target: mv.Target, Phase: mv.Phase,
+			Copied: mv.CopiedEvents, Remaining: mv.Remaining, FreezeSeconds: freeze})
+	}
+	ps.moves.Set(open)
 }
 
 // ready is the readiness of every placement this process serves: each

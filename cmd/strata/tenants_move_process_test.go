@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -27,13 +29,15 @@ func TestTenantMoveCarriesProcessState(t *testing.T) {
 	vars["STRATA_PAYMENT_TIMEOUT"] = "8s"
 	vars["STRATA_PROCESS_POLL"] = "100ms"
 	vars["STRATA_RELAY"] = "sql" // the relay publishes into the database's watermill table
+	vars["STRATA_METRICS_ADDR"] = "127.0.0.1:0"
+	vars["STRATA_PLACEMENT_RELOAD"] = "200ms"
 	if code, _, errOut := cli("placements", "add", "eu", "--url", euURL); code != exitOK {
 		t.Fatalf("placements add: %s", errOut)
 	}
 	if code, _, errOut := cli("tenants", "provision", "zeta"); code != exitOK {
 		t.Fatalf("provision: %s", errOut)
 	}
-	base, _, stop := startServe(t, vars)
+	base, banner, stop := startServe(t, vars)
 	defer stop()
 	waitReady(t, base)
 	tok, err := auth.Sign([]byte(tenantsSecret), auth.Claims{Subject: "ops", Tenant: domain.TenantID("zeta"), Scopes: []string{auth.ScopeAdmin}}, time.Hour)
@@ -171,10 +175,27 @@ func TestTenantMoveCarriesProcessState(t *testing.T) {
 	if dstTimeouts != 0 {
 		t.Errorf("the target's history has %d timeouts, want 0 (o-1 was paid in time)", dstTimeouts)
 	}
+	// The serving process exports the open move (read from its record).
+	scrape := func() string {
+		t.Helper()
+		res, err := http.Get(metricsURL(banner))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		return string(raw)
+	}
+	waitUntil(t, 10*time.Second, func() bool {
+		m := scrape()
+		return strings.Contains(m, `strata_tenant_move_open{phase="switched",source="pool",target="eu",tenant="zeta"} 1`) &&
+			strings.Contains(m, `strata_tenant_move_freeze_seconds{tenant="zeta"}`) && strings.Contains(m, `strata_tenant_move_copied_events{tenant="zeta"}`)
+	}, "the open move in /metrics")
 	if code, out, errOut := cli("tenants", "move", "zeta", "--finish", "--json"); code != exitOK || !strings.Contains(out, `"phase":"finished"`) {
 		t.Fatalf("finish: %d %s %s", code, out, errOut)
 	}
 	if rows := countTenantRows(t, poolURL, "zeta"); rows != 0 {
 		t.Errorf("the pool holds %d rows of zeta after --finish", rows)
 	}
+	waitUntil(t, 10*time.Second, func() bool { return !strings.Contains(scrape(), `strata_tenant_move_open{`) }, "the finished move gone from /metrics")
 }
