@@ -76,6 +76,7 @@ func TestPlacementsServeEachTenantFromItsDatabase(t *testing.T) {
 		t.Fatalf("placements list: %d %s %s", code, out, errOut)
 	}
 
+	vars["STRATA_RETENTION_INTERVAL"] = "300ms"
 	base, _, stop := startServe(t, vars)
 	defer stop()
 	projector, _, stopProjector := startServe(t, vars, "--roles", "projector")
@@ -214,6 +215,16 @@ func TestPlacementsServeEachTenantFromItsDatabase(t *testing.T) {
 	if code, _, errOut := cli("replay", "status", "--placement", "mars"); code == exitOK || !strings.Contains(errOut, "mars") {
 		t.Errorf("replay status --placement mars: %d %s", code, errOut)
 	}
+
+	// Retention runs per placement: an idempotency record of zeta in eu
+	// past the 30-day default goes, its others stay (eu's job reads the
+	// tenants placed there from the pool's directory).
+	execOn(t, euURL, `UPDATE strata.idempotency_keys SET created_at = now() - interval '40 days' WHERE tenant_id = 'zeta' AND key = 'k-zeta-o-2'`)
+	waitUntil(t, 20*time.Second, func() bool {
+		var old, kept int64
+		queryOn(t, euURL, `SELECT count(*) FILTER (WHERE key = 'k-zeta-o-2'), count(*) FILTER (WHERE key <> 'k-zeta-o-2') FROM strata.idempotency_keys WHERE tenant_id = 'zeta'`, nil, &old, &kept)
+		return old == 0 && kept == 1
+	}, "eu's retention job to delete zeta's expired idempotency record, and only it")
 }
 
 // twoPlacements migrates a test database (the pool) and starts a second

@@ -157,6 +157,7 @@ type app struct {
 	// placement is the placement this app serves: "" for the process's
 	// own database (the pool), else one of serve_placements.go's.
 	placement    string
+	directory    *pgxpool.Pool        // a placement's: the control plane's projector pool (its tenants' settings)
 	epoch        int64                // the placement's epoch: consistency tokens carry it
 	groupCommit  []postgres.Option    // the store's options (STRATA_GROUP_COMMIT), for placements' stores
 	commandChain []mux.MiddlewareFunc // the command routes' middleware, after routing by placement

@@ -137,8 +137,8 @@ func (ps *placementSet) setProblem(name, why string) {
 // build makes the app of one placement: its database migrated (as the
 // pool's, when STRATA_AUTO_MIGRATE allows), its serving pools opened and
 // checked as the pool's are, and every role of this process wired on it
-// (the retention job excepted: it reads the tenants' settings from the
-// directory of its own database, which a placement's is not).
+// (its retention job reads the tenants placed there, and their settings,
+// from the directory of the control plane).
 func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app, error) {
 	a := ps.parent
 	logger := a.logger.With("placement", p.Name)
@@ -168,6 +168,7 @@ func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app,
 		metrics:   a.metrics.ForPlacement(p.Name),
 		tracing:   a.tracing,
 		placement: p.Name,
+		directory: a.projPool,
 		epoch:     p.Epoch,
 		waitSlot:  a.waitSlot,
 	}
@@ -187,7 +188,7 @@ func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app,
 	for _, w := range []struct {
 		role string
 		wire func(*app) error
-	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}} {
+	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}, {roleProjector, wireRetention}} {
 		if ps.roles[w.role] {
 			if err := w.wire(child); err != nil {
 				pools.close()

@@ -105,7 +105,8 @@ func retentionDefaults(e env) (tenancy.Windows, error) {
 
 // wireRetention runs the retention job in the projector role
 // (docs/tenants.md, "Retention"): leader-elected, so any number of
-// projector processes run one pass at a time between them.
+// projector processes run one pass at a time between them; one per
+// placement.
 func wireRetention(a *app) error {
 	switch v := a.env.str("STRATA_RETENTION", "on"); v {
 	case "on":
@@ -136,8 +137,14 @@ func wireRetention(a *app) error {
 	if err := a.metrics.Registry.Register(deleted); err != nil {
 		return err
 	}
-	job, err := retention.New(retention.Config{Pool: a.projPool, Defaults: defaults, Interval: interval, Batch: batch, Logger: a.logger,
-		DeletedFunc: func(kind string, _ domain.TenantID, n int64) { deleted.WithLabelValues(kind).Add(float64(n)) }})
+	cfg := retention.Config{Pool: a.projPool, Defaults: defaults, Interval: interval, Batch: batch, Logger: a.logger,
+		DeletedFunc: func(kind string, _ domain.TenantID, n int64) { deleted.WithLabelValues(kind).Add(float64(n)) }}
+	if a.placement != "" {
+		// A placement's job keeps the tenants placed there, read from the
+		// directory of the control plane.
+		cfg.Directory, cfg.Placement = a.directory, a.placement
+	}
+	job, err := retention.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,13 @@ const (
 type Config struct {
 	// Pool is the projector role's pool.
 	Pool *pgxpool.Pool
+	// Directory, when set, is where the tenants and their windows are read
+	// (the control plane's projector pool) and Placement the placement
+	// whose tenants this job keeps: a placement's database holds no
+	// directory of its own. Unset, the directory is Pool's and every tenant
+	// in it is kept.
+	Directory Querier
+	Placement string
 	// Defaults are the windows of a tenant that sets none of its own
 	// (tenancy.DefaultWindows, overridden by STRATA_RETENTION_*).
 	Defaults tenancy.Windows
@@ -149,7 +156,14 @@ type Querier interface {
 // those), every kind, in batches until a batch comes back short.
 func (j *Job) Pass(ctx context.Context, q Querier) (Report, error) {
 	rep := Report{Deleted: map[domain.TenantID]map[string]int64{}}
-	rows, err := q.Query(ctx, `SELECT id, retention FROM tenants WHERE status NOT IN ('erasing', 'erased') ORDER BY id`)
+	dir, where, args := Querier(q), "", []any(nil)
+	if j.cfg.Directory != nil {
+		dir = j.cfg.Directory
+	}
+	if j.cfg.Placement != "" {
+		where, args = " AND placement = $1", []any{j.cfg.Placement}
+	}
+	rows, err := dir.Query(ctx, `SELECT id, retention FROM tenants WHERE status NOT IN ('erasing', 'erased')`+where+` ORDER BY id`, args...)
 	if err != nil {
 		return rep, fmt.Errorf("read the tenants' retention: %w", err)
 	}

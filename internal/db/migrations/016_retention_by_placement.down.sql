@@ -1,0 +1,1 @@
+REVOKE SELECT (placement) ON tenants FROM strata_projector;
