@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -87,6 +88,7 @@ func cmdTenantsMove(ctx context.Context, sub string, args []string, e env, stdou
 	lastPhase := ""
 	mover := placement.NewMover(placement.MoverConfig{Control: owner, Directory: store, Open: sides.open,
 		Projections: projections.Names(mods.Projections()), Tables: tables, Lease: lease,
+		Logger: slog.New(slog.NewTextHandler(stderr, nil)),
 		LogEnd: func(ctx context.Context, s placement.Side) (event.Position, error) {
 			return postgres.New(s.App, s.Proj).LastCommitted(ctx)
 		},

@@ -495,6 +495,14 @@ func TestTenantMoveFreezeWindow(t *testing.T) {
 			t.Fatalf("move %d (%v): %d %s %s", i+1, args, code, out, errOut)
 		}
 		freezes = append(freezes, *mv.FreezeMS)
+		if *mv.FreezeMS > 300 {
+			// Where a long freeze went: the move logs its steps.
+			for _, line := range strings.Split(errOut, "\n") {
+				if strings.Contains(line, "the freeze's steps") {
+					t.Logf("move %d froze %.0f ms: %s", i+1, *mv.FreezeMS, line)
+				}
+			}
+		}
 		before := w.n.Load()
 		waitUntil(t, 30*time.Second, func() bool { return w.n.Load() >= before+20 }, "zeta writes between moves")
 	}

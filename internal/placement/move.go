@@ -355,9 +355,12 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 	}
 	if mv.Phase == PhaseFrozen {
 		failpoint.Hit("move.frozen")
+		// Where the freeze goes, step by step (logged once per move).
+		steps := newStepTimer()
 		if err := awaitWriters(ctx, src, m.cfg.Poll); err != nil {
 			return mv, m.fail(ctx, &mv, err)
 		}
+		steps.done("writers")
 		for {
 			n, err := m.copyEvents(ctx, &mv, src, dst, false)
 			if err != nil {
@@ -370,17 +373,21 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 		if err := m.copyKeys(ctx, &mv, src, dst); err != nil {
 			return mv, m.fail(ctx, &mv, err)
 		}
+		steps.done("copy")
 		// Both sides' runners past the tenant's last event: the source's
 		// read models are what the target's must equal.
 		if err := m.caughtUp(ctx, dst, m.cfg.CatchUpTimeout); err != nil {
 			return mv, m.abort(ctx, &mv, src, fmt.Errorf("the target's runners: %w", err))
 		}
+		steps.done("target_runners")
 		if err := m.caughtUp(ctx, src, m.cfg.CatchUpTimeout); err != nil {
 			return mv, m.abort(ctx, &mv, src, fmt.Errorf("the source's runners: %w", err))
 		}
+		steps.done("source_runners")
 		if err := m.verify(ctx, &mv, src, dst); err != nil {
 			return mv, m.abort(ctx, &mv, src, err)
 		}
+		steps.done("verify")
 		// The source's process managers have decided every event of the
 		// tenant (caughtUp above): their state goes with it, and the
 		// target's pass over the copies.
@@ -390,10 +397,13 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 		if err := arrived(ctx, dst, mv.Tenant); err != nil {
 			return mv, m.fail(ctx, &mv, err)
 		}
+		steps.done("process_state")
 		failpoint.Hit("move.before-switch")
 		if err := m.switchDirectory(ctx, &mv); err != nil {
 			return mv, m.fail(ctx, &mv, err)
 		}
+		steps.done("switch")
+		m.cfg.Logger.Info("move: the freeze's steps", append([]any{"tenant", mv.Tenant, "target", mv.Target}, steps.attrs()...)...)
 	}
 	if mv.Phase == PhaseSwitched && mv.FreezeMS == nil {
 		failpoint.Hit("move.switched")
@@ -404,6 +414,30 @@ func (m *Mover) Run(ctx context.Context, mv Move) (Move, error) {
 		}
 	}
 	return mv, nil
+}
+
+// stepTimer times the steps of the freeze.
+type stepTimer struct {
+	last  time.Time
+	names []string
+	took  []time.Duration
+}
+
+func newStepTimer() *stepTimer { return &stepTimer{last: time.Now()} }
+
+func (t *stepTimer) done(name string) {
+	now := time.Now()
+	t.names, t.took = append(t.names, name), append(t.took, now.Sub(t.last))
+	t.last = now
+}
+
+// attrs are the steps as slog key-value pairs, in milliseconds.
+func (t *stepTimer) attrs() []any {
+	out := make([]any, 0, 2*len(t.names))
+	for i, n := range t.names {
+		out = append(out, n+"_ms", float64(t.took[i].Microseconds())/1000)
+	}
+	return out
 }
 
 // abort lifts the freeze of a move that could not verify: the tenant
@@ -677,6 +711,7 @@ func (m *Mover) caughtUp(ctx context.Context, s Side, timeout time.Duration) err
 		}
 	}
 	deadline := time.Now().Add(timeout)
+	var woke time.Time
 	for {
 		cps, err := projections.ReadCheckpoints(ctx, s.App, names...)
 		if err != nil {
@@ -694,6 +729,14 @@ func (m *Mover) caughtUp(ctx context.Context, s Side, timeout time.Duration) err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("runners %v of %s have not reached %s within %s (does a serving process run them?)", behind, s.Name, head.Token(), timeout)
+		}
+		// Wake them (projections.NotifyAppends's channel): in the freeze
+		// nothing appends, so a runner that read just before the last
+		// commit became visible would otherwise sleep until its poll
+		// (measured: a second of the freeze, in one move of three).
+		if time.Since(woke) >= 100*time.Millisecond {
+			_, _ = s.App.Exec(ctx, `SELECT pg_notify($1, '')`, projections.NotifyChannel)
+			woke = time.Now()
 		}
 		if !pgsession.Sleep(ctx, m.cfg.Poll) {
 			return ctx.Err()

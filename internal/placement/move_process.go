@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -93,6 +94,9 @@ func copyProcessState(ctx context.Context, src, dst Side, tenant domain.TenantID
 	if err != nil {
 		return fmt.Errorf("read the tenant's process state from %s: %w", src.Name, err)
 	}
+	if !slices.ContainsFunc(rows, func(r string) bool { return r != "[]" }) {
+		return nil // no process state: nothing to write (the freeze is short)
+	}
 	err = projectorTx(ctx, dst, tenant, func(tx pgx.Tx) error {
 		for i, t := range processTables {
 			cols, err := writableColumns(ctx, tx, t.name)
@@ -133,9 +137,11 @@ func copyProcessState(ctx context.Context, src, dst Side, tenant domain.TenantID
 
 // writableColumns lists a table's columns but generated and identity ones.
 func writableColumns(ctx context.Context, tx pgx.Tx, table string) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT quote_ident(column_name) FROM information_schema.columns
-		WHERE table_schema = current_schema() AND table_name = $1 AND is_generated = 'NEVER' AND is_identity = 'NO'
-		ORDER BY ordinal_position`, table)
+	// pg_attribute, not information_schema.columns: this runs in the
+	// freeze, and the view costs tens of milliseconds a query.
+	rows, err := tx.Query(ctx, `SELECT quote_ident(attname) FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attidentity = '' AND attgenerated = ''
+		ORDER BY attnum`, table)
 	if err != nil {
 		return nil, err
 	}
