@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -34,4 +35,21 @@ func apiCall(t testing.TB, client *http.Client, base, token, method, path, body 
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	return res.StatusCode, raw, res.Header
+}
+
+// jsonCaller returns a function that sends one request with token and
+// returns its JSON object, failing the test on a status of 300 or more.
+func jsonCaller(t *testing.T, base, token string) func(method, path, body string) map[string]any {
+	return func(method, path, body string) map[string]any {
+		t.Helper()
+		status, raw, _ := apiCall(t, nil, base, token, method, path, body)
+		if status >= 300 {
+			t.Fatalf("%s %s: %d %s", method, path, status, raw)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s %s: %v %s", method, path, err, raw)
+		}
+		return out
+	}
 }

@@ -35,18 +35,7 @@ func TestFulfilmentThroughServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(method, path, body string) map[string]any {
-		t.Helper()
-		status, raw, _ := apiCall(t, nil, base, tok, method, path, body)
-		if status >= 300 {
-			t.Fatalf("%s %s: %d %s", method, path, status, raw)
-		}
-		var out map[string]any
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %v %s", method, path, err, raw)
-		}
-		return out
-	}
+	call := jsonCaller(t, base, tok)
 	eventually := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)

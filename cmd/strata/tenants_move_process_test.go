@@ -44,18 +44,7 @@ func TestTenantMoveCarriesProcessState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(method, path, body string) map[string]any {
-		t.Helper()
-		status, raw, _ := apiCall(t, nil, base, tok, method, path, body)
-		if status >= 300 {
-			t.Fatalf("%s %s: %d %s", method, path, status, raw)
-		}
-		var out map[string]any
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %v %s", method, path, err, raw)
-		}
-		return out
-	}
+	call := jsonCaller(t, base, tok)
 	stage := func(id string) string {
 		status, raw, _ := apiCall(t, nil, base, tok, "GET", "/v1/orders/"+id+"/fulfilment", "")
 		var f map[string]any

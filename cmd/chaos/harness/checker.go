@@ -302,6 +302,16 @@ ORDER BY e.tx_id DESC, e.position DESC LIMIT 1`).Scan(&tx, &pos)
 	return event.Position{Major: major, Minor: uint64(pos)}, nil
 }
 
+// logHeadAt is logHead on a connection of its own to url.
+func logHeadAt(ctx context.Context, url string) (event.Position, error) {
+	conn, err := connectAdmin(ctx, url)
+	if err != nil {
+		return event.Position{}, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return logHead(ctx, conn)
+}
+
 // readCheckpoints returns every projection's checkpoint.
 func readCheckpoints(ctx context.Context, conn *pgx.Conn) (map[string]projections.Checkpoint, error) {
 	conn.Exec(ctx, "SET search_path = strata") //nolint:errcheck // the query below fails instead

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,17 +128,11 @@ func (e *env) runErase(ctx context.Context, r *Result) error {
 		name := fmt.Sprintf("erase-serve%d", i)
 		specs = append(specs, procSpec{Name: name, Roles: "command,query,projector", Env: e.strataEnv(url, filepath.Join(e.dir, "data", name), extra...)})
 	}
-	sup, err := newSupervisor(e.cfg.Strata, filepath.Join(e.dir, "logs"), specs)
+	sup, err := e.startSupervised(ctx, specs)
 	if err != nil {
 		return err
 	}
 	defer sup.Stop(5 * time.Second)
-	if err := sup.Start(); err != nil {
-		return err
-	}
-	if err := sup.WaitReady(ctx, 60*time.Second); err != nil {
-		return err
-	}
 	urls := sup.URLs()
 	client := newHTTPClient(cfg.Clients + 8)
 	tokens := map[string]string{}
@@ -392,14 +387,7 @@ func (e *env) runErase(ctx context.Context, r *Result) error {
 	if err != nil {
 		return err
 	}
-	var leftRows int64
-	var leftTables []string
-	for tb, n := range left {
-		if n > 0 {
-			leftRows += n
-			leftTables = append(leftTables, fmt.Sprintf("%s %d", tb, n))
-		}
-	}
+	leftRows, leftTables := rowsLeft(left)
 	r.zero(fmt.Sprintf("rows of the erased tenant in the %d tenant tables (catalog) and the relay's table", len(left)), int(leftRows))
 	if len(leftTables) > 0 {
 		r.note("left: %s", strings.Join(leftTables, ", "))
@@ -508,6 +496,19 @@ func eraseRows(ctx context.Context, conn *pgx.Conn, tenant string) (map[string]i
 	}
 	out["watermill_strata_events"] = n
 	return out, nil
+}
+
+// rowsLeft sums the counts of eraseRows and names the tables (sorted)
+// that still hold rows.
+func rowsLeft(counts map[string]int64) (rows int64, tables []string) {
+	for tb, n := range counts {
+		if n > 0 {
+			rows += n
+			tables = append(tables, fmt.Sprintf("%s %d", tb, n))
+		}
+	}
+	sort.Strings(tables)
+	return rows, tables
 }
 
 // eraseChecksums is md5 over each tenant table's rows of the tenant.

@@ -143,17 +143,11 @@ func (e *env) runMove(ctx context.Context, r *Result) error {
 		specs = append(specs, procSpec{Name: name, Roles: "command,query,projector",
 			Env: e.strataEnv(url, filepath.Join(e.dir, "data", name), lease, "STRATA_PLACEMENT_RELOAD=1s")})
 	}
-	sup, err := newSupervisor(e.cfg.Strata, filepath.Join(e.dir, "logs"), specs)
+	sup, err := e.startSupervised(ctx, specs)
 	if err != nil {
 		return err
 	}
 	defer sup.Stop(5 * time.Second)
-	if err := sup.Start(); err != nil {
-		return err
-	}
-	if err := sup.WaitReady(ctx, 60*time.Second); err != nil {
-		return err
-	}
 	load := &loadRun{cfg: lc, w: w, urls: sup.URLs(), client: newHTTPClient(cfg.Clients + 4), hist: &history{},
 		inflight: make([]atomic.Int64, 2)}
 	loadDone := make(chan struct{})
@@ -328,12 +322,7 @@ func (e *env) runMove(ctx context.Context, r *Result) error {
 
 	// Both placements' projections at their heads, then the processes stop.
 	for _, side := range []struct{ name, url string }{{"pool", url}, {placementName, targetURL}} {
-		conn, err := connectAdmin(ctx, side.url)
-		if err != nil {
-			return err
-		}
-		head, err := logHead(ctx, conn)
-		conn.Close(context.WithoutCancel(ctx))
+		head, err := logHeadAt(ctx, side.url)
 		if err != nil {
 			return err
 		}
@@ -421,17 +410,9 @@ func (e *env) runMove(ctx context.Context, r *Result) error {
 	if err != nil {
 		return err
 	}
-	var leftRows int64
-	var leftTables []string
-	for tb, n := range left {
-		if n > 0 {
-			leftRows += n
-			leftTables = append(leftTables, fmt.Sprintf("%s %d", tb, n))
-		}
-	}
+	leftRows, leftTables := rowsLeft(left)
 	r.zero(fmt.Sprintf("rows of the moved tenant left in the pool after --finish (%d tenant tables and the relay's)", len(left)), int(leftRows))
 	if len(leftTables) > 0 {
-		sort.Strings(leftTables)
 		r.note("left in the pool: %s", strings.Join(leftTables, ", "))
 	}
 	for _, side := range []struct {

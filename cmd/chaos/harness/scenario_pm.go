@@ -189,17 +189,11 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 		}
 		specs = append(specs, sp)
 	}
-	sup, err := newSupervisor(e.cfg.Strata, filepath.Join(e.dir, "logs"), specs)
+	sup, err := e.startSupervised(ctx, specs)
 	if err != nil {
 		return err
 	}
 	defer sup.Stop(5 * time.Second)
-	if err := sup.Start(); err != nil {
-		return err
-	}
-	if err := sup.WaitReady(ctx, 60*time.Second); err != nil {
-		return err
-	}
 	lc := LoadConfig{Clients: cfg.Clients, RequestTimeout: cfg.RequestTimeout, RetryFor: cfg.RetryFor}
 	load := &loadRun{cfg: lc, w: &workload{tokens: tokens, tenants: tenants}, urls: sup.URLs(), client: newHTTPClient(cfg.Clients + 8),
 		hist: &history{}, inflight: make([]atomic.Int64, len(specs))}

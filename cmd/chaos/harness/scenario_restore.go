@@ -115,12 +115,7 @@ func (e *env) runRestore(ctx context.Context, r *Result) error {
 		if err := ordertest.Seed(ctx, s.url, evs, 5000); err != nil {
 			return fmt.Errorf("seed: %w", err)
 		}
-		conn, err := connectAdmin(ctx, s.url)
-		if err != nil {
-			return err
-		}
-		head, err := logHead(ctx, conn)
-		conn.Close(context.WithoutCancel(ctx))
+		head, err := logHeadAt(ctx, s.url)
 		if err != nil {
 			return err
 		}

@@ -223,6 +223,25 @@ func (s *supervisor) Kill(i int) int {
 	return p.cmd.Process.Pid
 }
 
+// startSupervised starts specs under a new supervisor and waits until
+// every process is ready; on an error nothing is left running. The caller
+// stops it.
+func (e *env) startSupervised(ctx context.Context, specs []procSpec) (*supervisor, error) {
+	sup, err := newSupervisor(e.cfg.Strata, filepath.Join(e.dir, "logs"), specs)
+	if err != nil {
+		return nil, err
+	}
+	if err := sup.Start(); err != nil {
+		sup.Stop(5 * time.Second)
+		return nil, err
+	}
+	if err := sup.WaitReady(ctx, 60*time.Second); err != nil {
+		sup.Stop(5 * time.Second)
+		return nil, err
+	}
+	return sup, nil
+}
+
 // WaitReady waits until every process answers 200 on /readyz.
 func (s *supervisor) WaitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
