@@ -58,17 +58,9 @@ func (e *env) startAttackFixture(ctx context.Context, id string, extra ...string
 		return nil, err
 	}
 	pname := strings.ToLower(id) + "-serve"
-	sup, err := newSupervisor(e.cfg.Strata, filepath.Join(e.dir, "logs"), []procSpec{{Name: pname, Roles: "command,query,projector",
+	sup, err := e.startSupervised(ctx, []procSpec{{Name: pname, Roles: "command,query,projector",
 		Env: e.strataEnv(url, filepath.Join(e.dir, "data", pname), extra...)}})
 	if err != nil {
-		return nil, err
-	}
-	if err := sup.Start(); err != nil {
-		sup.Stop(5 * time.Second)
-		return nil, err
-	}
-	if err := sup.WaitReady(ctx, 60*time.Second); err != nil {
-		sup.Stop(5 * time.Second)
 		return nil, err
 	}
 	base := sup.URLs()[0]

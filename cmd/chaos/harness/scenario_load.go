@@ -41,16 +41,8 @@ func (e *env) startLoadScenario(ctx context.Context, id string, lc LoadConfig, p
 		specs = append(specs, procSpec{Name: pname, Roles: "command,query,projector",
 			Env: e.strataEnv(url, filepath.Join(e.dir, "data", pname)), Arm: arm})
 	}
-	sup, err := newSupervisor(e.cfg.Strata, filepath.Join(e.dir, "logs"), specs)
+	sup, err := e.startSupervised(ctx, specs)
 	if err != nil {
-		return nil, err
-	}
-	if err := sup.Start(); err != nil {
-		sup.Stop(5 * time.Second)
-		return nil, err
-	}
-	if err := sup.WaitReady(ctx, 60*time.Second); err != nil {
-		sup.Stop(5 * time.Second)
 		return nil, err
 	}
 	w, err := e.newWorkload(id, lc)

@@ -115,16 +115,8 @@ func (e *env) startSoak(ctx context.Context, cfg R18Config) (*soakRun, error) {
 		specs = append(specs, procSpec{Name: pname, Roles: "command,query,projector",
 			Env: e.strataEnv(url, filepath.Join(e.dir, "data", pname), "STRATA_METRICS_ADDR="+maddr, "STRATA_PPROF_ADDR="+paddr)})
 	}
-	sup, err := newSupervisor(e.cfg.Strata, filepath.Join(e.dir, "logs"), specs)
+	sup, err := e.startSupervised(ctx, specs)
 	if err != nil {
-		return nil, err
-	}
-	if err := sup.Start(); err != nil {
-		sup.Stop(5 * time.Second)
-		return nil, err
-	}
-	if err := sup.WaitReady(ctx, 60*time.Second); err != nil {
-		sup.Stop(5 * time.Second)
 		return nil, err
 	}
 	lc := LoadConfig{Clients: cfg.BurstClients, Commands: 1, Tenants: cfg.Tenants, Streams: cfg.Orders,
