@@ -168,13 +168,7 @@ func (e *env) finish(ctx context.Context, r *Result, s *loadScenario, catchUpFro
 	}
 	r.zero("5xx responses other than 503", internal)
 	r.note("attempt outcomes: %s", formatCounts(statuses))
-	if exits := s.sup.unexpectedExits(); len(exits) > 0 {
-		var d []string
-		for _, ex := range exits {
-			d = append(d, fmt.Sprintf("%s pid %d %s at %s", ex.Proc, ex.Pid, ex.Detail, ex.At.Format("15:04:05.000")))
-		}
-		r.note("serve processes that exited by themselves (restarted by the supervisor): %s", strings.Join(d, "; "))
-	}
+	s.sup.noteUnexpectedExits(r)
 	return nil
 }
 

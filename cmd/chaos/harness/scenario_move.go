@@ -454,13 +454,7 @@ func (e *env) runMove(ctx context.Context, r *Result) error {
 	}
 	r.note("moved tenant: %d attempts answered 503 with Retry-After (its write freeze); switched %s after the move began, finished %s after",
 		frozen503, switchedAt.Sub(moveFrom).Round(time.Millisecond), moveTo.Sub(moveFrom).Round(time.Millisecond))
-	if exits := sup.unexpectedExits(); len(exits) > 0 {
-		var d []string
-		for _, ex := range exits {
-			d = append(d, fmt.Sprintf("%s pid %d %s at %s", ex.Proc, ex.Pid, ex.Detail, ex.At.Format("15:04:05.000")))
-		}
-		r.note("serve processes that exited by themselves (restarted by the supervisor): %s", strings.Join(d, "; "))
-	}
+	sup.noteUnexpectedExits(r)
 	return nil
 }
 

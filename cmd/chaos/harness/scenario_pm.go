@@ -436,12 +436,6 @@ func (e *env) runPM1(ctx context.Context, r *Result) error {
 	if err := e.verifyLedgers(ctx, r, url, name); err != nil {
 		return err
 	}
-	if exits := sup.unexpectedExits(); len(exits) > 0 {
-		var d []string
-		for _, ex := range exits {
-			d = append(d, fmt.Sprintf("%s pid %d %s at %s", ex.Proc, ex.Pid, ex.Detail, ex.At.Format("15:04:05.000")))
-		}
-		r.note("serve processes that exited by themselves (restarted by the supervisor): %s", strings.Join(d, "; "))
-	}
+	sup.noteUnexpectedExits(r)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -320,6 +321,19 @@ func (s *supervisor) lastStart() time.Time {
 }
 
 // unexpectedExits lists exits the harness did not cause.
+// noteUnexpectedExits notes on r the processes that exited by themselves.
+func (s *supervisor) noteUnexpectedExits(r *Result) {
+	exits := s.unexpectedExits()
+	if len(exits) == 0 {
+		return
+	}
+	var d []string
+	for _, ex := range exits {
+		d = append(d, fmt.Sprintf("%s pid %d %s at %s", ex.Proc, ex.Pid, ex.Detail, ex.At.Format("15:04:05.000")))
+	}
+	r.note("serve processes that exited by themselves (restarted by the supervisor): %s", strings.Join(d, "; "))
+}
+
 func (s *supervisor) unexpectedExits() []procEvent {
 	var out []procEvent
 	for _, ev := range s.Events() {
