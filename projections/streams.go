@@ -1,13 +1,13 @@
 package projections
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/internal/lru"
 )
 
 // ErrStreamHole: a stream's versions did not arrive contiguous. The global
@@ -19,47 +19,37 @@ var ErrStreamHole = errors.New("stream versions are not contiguous")
 type streamKey struct{ tenant, stream string }
 
 // streamCache remembers the last version applied per stream, least
-// recently used first out. It belongs to the goroutine holding the lease.
+// recently used first out, in a slab (internal/lru: a churning cache of
+// small objects fragments the heap). It belongs to the goroutine holding
+// the lease. Tenant names are interned: every record scanned from the log
+// carries its own copy, and a tenant's thousands of entries need one.
 type streamCache struct {
-	max   int
-	order *list.List // of *streamEntry, most recent at the front
-	byKey map[streamKey]*list.Element
-}
-
-type streamEntry struct {
-	key     streamKey
-	version int64
+	versions *lru.Cache[streamKey, int64]
+	tenants  map[string]string
 }
 
 func newStreamCache(max int) *streamCache {
-	return &streamCache{max: max, order: list.New(), byKey: map[streamKey]*list.Element{}}
+	return &streamCache{versions: lru.New[streamKey, int64](max), tenants: map[string]string{}}
 }
 
-func (c *streamCache) get(k streamKey) (int64, bool) {
-	if el, ok := c.byKey[k]; ok {
-		c.order.MoveToFront(el)
-		return el.Value.(*streamEntry).version, true
-	}
-	return 0, false
-}
+func (c *streamCache) get(k streamKey) (int64, bool) { return c.versions.Get(k) }
 
 func (c *streamCache) put(k streamKey, v int64) {
-	if el, ok := c.byKey[k]; ok {
-		el.Value.(*streamEntry).version = v
-		c.order.MoveToFront(el)
-		return
+	t, ok := c.tenants[k.tenant]
+	if !ok {
+		if len(c.tenants) >= c.versions.Cap() { // a bound, however many tenants pass
+			clear(c.tenants)
+		}
+		t = k.tenant
+		c.tenants[t] = t
 	}
-	c.byKey[k] = c.order.PushFront(&streamEntry{key: k, version: v})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		c.order.Remove(last)
-		delete(c.byKey, last.Value.(*streamEntry).key)
-	}
+	k.tenant = t
+	c.versions.Put(k, v)
 }
 
 func (c *streamCache) reset() {
-	c.order.Init()
-	clear(c.byKey)
+	c.versions.Reset()
+	clear(c.tenants)
 }
 
 // checkContiguous verifies that every event of recs directly follows the
