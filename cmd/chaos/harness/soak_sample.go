@@ -403,7 +403,9 @@ type rssGrowth struct {
 // behind is), and expresses the slope as growth per unit
 // relative to the fitted RSS at the span's start. Incarnations that ran
 // through fewer than two fault windows, or have fewer than 5 samples or
-// less than unit/4 after their warm-up, are listed but not judged.
+// less than a whole unit after their warm-up (a rate per unit fitted over
+// a fraction of it extrapolates the warm-up's tail), are listed but not
+// judged.
 func judgeRSS(incs []*incarnation, ws []faultWindow, warmup, unit time.Duration) []rssGrowth {
 	var out []rssGrowth
 	for _, inc := range incs {
@@ -439,7 +441,7 @@ func judgeRSS(incs []*incarnation, ws []faultWindow, warmup, unit time.Duration)
 		switch {
 		case g.Windows < 2:
 			g.NotJudgedWhy = fmt.Sprintf("ran through %d fault window(s)", g.Windows)
-		case len(xs) < 5 || g.To.Sub(g.From) < unit/4:
+		case len(xs) < 5 || g.To.Sub(g.From) < unit:
 			g.NotJudgedWhy = fmt.Sprintf("%d samples over %s after its warm-up", len(xs), g.To.Sub(g.From).Round(time.Second))
 		default:
 			slope, icept := fitLine(xs, ys)

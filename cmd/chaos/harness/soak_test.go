@@ -138,9 +138,16 @@ func TestJudgeRSS(t *testing.T) {
 		}
 		samples[i].Procs = append(samples[i].Procs, procSample{Pid: 30, RSS: int64(mib * (1 << 20))})
 	}
+	// A fourth lives through two windows but ends 45 s after the first
+	// outage's end: less than the unit (a minute) to fit a rate over.
+	for i := range samples {
+		if sec := samples[i].At.Sub(soakT0).Seconds(); sec < 260 {
+			samples[i].Procs = append(samples[i].Procs, procSample{Pid: 40, RSS: int64((40 + sec/10) * (1 << 20))})
+		}
+	}
 	growth := judgeRSS(incarnations(samples, nil), ws, 30*time.Second, time.Minute)
-	if len(growth) != 4 {
-		t.Fatalf("%d incarnations, want 4: %+v", len(growth), growth)
+	if len(growth) != 5 {
+		t.Fatalf("%d incarnations, want 5: %+v", len(growth), growth)
 	}
 	byPid := map[int]rssGrowth{}
 	for _, g := range growth {
@@ -148,6 +155,9 @@ func TestJudgeRSS(t *testing.T) {
 	}
 	if g := byPid[10]; !g.Judged || g.Windows != 3 || g.PerUnit > 0.005 || g.PerUnit < -0.005 {
 		t.Errorf("flat process: %+v", g)
+	}
+	if g := byPid[40]; g.Judged || g.Windows != 2 || !strings.Contains(g.NotJudgedWhy, "after its warm-up") {
+		t.Errorf("less than a unit after its warm-up: %+v", g)
 	}
 	if g := byPid[11]; g.Judged || g.Windows != 0 {
 		t.Errorf("killed before any window: %+v", g)
