@@ -32,7 +32,7 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	var recs []event.Record
 	var decoded *sharedBatch
 	var err error
-	if sh := r.cfg.Shared; sh != nil && sh.registry == r.cfg.Registry {
+	if sh := r.cfg.Shared; sh != nil {
 		decoded, err = sh.read(ctx, r, r.checkpoint, r.readSize(), r.catchingUp)
 		if decoded != nil {
 			recs = decoded.recs

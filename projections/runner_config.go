@@ -78,8 +78,9 @@ type RunnerConfig struct {
 	// available (Signal.C). It is taken before each read.
 	Wake func() <-chan struct{}
 	// Shared, when set, lets runners of this process that catch up from
-	// the same position share reads and decoding (see SharedReads). It is
-	// used only if it decodes with Registry.
+	// the same position share reads and decoding (see SharedReads). It
+	// must decode with Registry (the same *event.Registry): a runner
+	// given another is refused rather than left to read alone.
 	Shared *SharedReads
 	// Progress, when set, is told of every committed checkpoint, so that
 	// queries in this process wait for it without polling.
@@ -181,6 +182,9 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.Registry == nil {
 		errs = append(errs, errors.New("registry is required (the process's event registry)"))
+	}
+	if c.Shared != nil && c.Registry != nil && c.Shared.registry != c.Registry {
+		errs = append(errs, errors.New("shared reads decode with another registry than the runner's: build both from the one registry of the process"))
 	}
 	if c.Checkpoint != "" && !checkpointKey.MatchString(c.Checkpoint) {
 		errs = append(errs, fmt.Errorf("checkpoint key %q: want [a-z][a-z0-9_]{0,62}", c.Checkpoint))

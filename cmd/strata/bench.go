@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/strata-es/strata/cmd/strata/bench"
@@ -21,8 +22,22 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	runs := fs.Int("runs", 0, "repetitions per variant (default 3, quick 1)")
 	dur := fs.Duration("duration", 0, "measured time per run (default 10s, quick 2s)")
 	pgStats := fs.Int("pg-stats", 0, "load pg_stat_statements and print each workload's top N statements by execution time")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process workloads: append, catchup, rebuild, verify) to FILE")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "strata bench:", err)
+			return exitFailure
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "strata bench:", err)
+			return exitFailure
+		}
+		defer pprof.StopCPUProfile()
 	}
 	cfg := bench.Full()
 	if *quick {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,9 +67,17 @@ func (e *Env) seedLog(ctx context.Context) (*logDB, error) {
 	return e.seeded, nil
 }
 
-// readModelTables are truncated between catch-up runs.
-var readModelTables = []string{"order_details", "order_detail_lines", "order_list", "customer_summaries",
-	"customer_paid_totals", "customer_orders", "daily_revenue"}
+// readModelTables are the tables every projection writes, truncated between
+// catch-up runs: taken from the projections, so that a module's new table is
+// never left holding the last run's rows (which the next run, starting from
+// an empty ledger, would insert again).
+func readModelTables() []string {
+	var out []string
+	for _, p := range modules.All().Projections() {
+		out = append(out, p.Tables()...)
+	}
+	return out
+}
 
 func resetReadSide(ctx context.Context, url string) error {
 	conn, err := pgx.Connect(ctx, url)
@@ -75,7 +85,7 @@ func resetReadSide(ctx context.Context, url string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	for _, t := range readModelTables {
+	for _, t := range readModelTables() {
 		if _, err := conn.Exec(ctx, "TRUNCATE strata."+pgx.Identifier{t}.Sanitize()); err != nil {
 			return fmt.Errorf("reset %s: %w", t, err)
 		}
@@ -93,25 +103,33 @@ func resetReadSide(ctx context.Context, url string) error {
 }
 
 // catchUpOnce runs every projection from empty to the head, concurrently,
-// as serve's runners do, and returns the time until the last is done.
-func catchUpOnce(ctx context.Context, l *logDB) (time.Duration, error) {
+// as serve's runners do, and returns the time until the last is done and
+// each projection's own time (the slowest is what a user waits for).
+func catchUpOnce(ctx context.Context, l *logDB) (time.Duration, map[string]time.Duration, error) {
 	proj, err := db.OpenPool(ctx, l.url, db.PoolConfig{Role: db.RoleProjector, MaxConns: 16})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer proj.Close()
 	store := postgres.New(nil, proj)
-	shared := projections.NewSharedReads(store, modules.All().MustRegistry(), 0)
+	// One registry for the shared reads and every runner: a runner refuses
+	// shared reads that decode with another.
+	reg := modules.All().MustRegistry()
+	shared := projections.NewSharedReads(store, reg, 0)
 	var runners []*projections.Runner
 	for _, p := range modules.All().Projections() {
-		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{Shared: shared, Registry: modules.All().MustRegistry()})
+		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{Shared: shared, Registry: reg})
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		runners = append(runners, r)
 	}
 	began := time.Now()
-	var wg sync.WaitGroup
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		each = map[string]time.Duration{}
+	)
 	errs := make(chan error, len(runners))
 	for _, r := range runners {
 		wg.Add(1)
@@ -120,14 +138,31 @@ func catchUpOnce(ctx context.Context, l *logDB) (time.Duration, error) {
 			if err := r.CatchUp(ctx, l.head); err != nil {
 				errs <- fmt.Errorf("%s: %w", r.Name(), err)
 			}
+			mu.Lock()
+			each[r.Name()] = time.Since(began)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return 0, err
+		return 0, nil, err
 	}
-	return time.Since(began), nil
+	return time.Since(began), each, nil
+}
+
+// formatEach lists each projection's catch-up time, slowest first.
+func formatEach(each map[string]time.Duration) string {
+	names := make([]string, 0, len(each))
+	for n := range each {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return each[names[i]] > each[names[j]] })
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %s", n, each[n].Round(10*time.Millisecond))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // upsertBaseline is the raw limit for catch-up and rebuild: batched
@@ -196,12 +231,13 @@ func benchCatchUp(ctx context.Context, e *Env) ([]Result, error) {
 		if err := resetReadSide(ctx, l.url); err != nil {
 			return nil, err
 		}
-		d, err = catchUpOnce(ctx, l)
+		d, each, err := catchUpOnce(ctx, l)
 		if err != nil {
 			return nil, err
 		}
 		strataRuns = append(strataRuns, Run{Ops: int64(l.events), Seconds: d.Seconds(), Throughput: float64(l.events) / d.Seconds()})
-		e.logf("catch-up strata run %d: %.0f events/s (all %d projections, %d events)", i+1, strataRuns[i].Throughput, len(modules.All().Projections()), l.events)
+		e.logf("catch-up strata run %d: %.0f events/s (all %d projections, %d events; %s)", i+1, strataRuns[i].Throughput,
+			len(modules.All().Projections()), l.events, formatEach(each))
 	}
 	s, r := summarize(strataRuns), summarize(rawRuns)
 	return []Result{{Workload: "projection catch-up", Concurrency: 4, Unit: "events/s", Strata: s, Raw: &r,

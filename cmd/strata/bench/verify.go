@@ -25,7 +25,7 @@ func benchVerify(ctx context.Context, e *Env) ([]Result, error) {
 	if err := resetReadSide(ctx, l.url); err != nil {
 		return nil, err
 	}
-	if _, err := catchUpOnce(ctx, l); err != nil {
+	if _, _, err := catchUpOnce(ctx, l); err != nil {
 		return nil, err
 	}
 	proj, err := db.OpenPool(ctx, l.url, db.PoolConfig{Role: db.RoleProjector, MaxConns: 4})
