@@ -2,6 +2,7 @@ package fulfilment
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,8 +40,9 @@ type OrderFulfilment struct {
 	placed, paid, cancelled, reservations string
 	restage                               string
 	// The set-based path (ApplyBatch): every order's events of a batch
-	// folded in Go into one row of each statement.
-	batchCreated, batchOrders, batchStock, batchRestage string
+	// folded in Go into one row of one of two statements, so that a batch
+	// writes each row once.
+	batchInsert, batchUpdate string
 }
 
 var (
@@ -74,49 +76,71 @@ VALUES ($1, $2, 'draft', 'draft', $5, '{}', 0, 0, 0, $6, $3, $4)`,
 		// The stage, from the row as the statement before left it. The
 		// order of the WHENs is the precedence: what the order says first,
 		// then what the stock says.
-		restage: `UPDATE ` + table + ` SET stage = ` + stageCase + `
+		restage: `UPDATE ` + table + ` SET stage = ` + stageOf("") + `
 WHERE tenant_id = $1 AND order_id = $2`,
-		batchOrders: `UPDATE ` + table + ` AS t SET
-    lines = CASE WHEN u.patch IS NULL THEN t.lines ELSE (
-        SELECT COALESCE(jsonb_object_agg(x.k, x.v), '{}'::jsonb) FROM (
-            SELECT e.key AS k, e.value AS v FROM jsonb_each(t.lines) e WHERE NOT (u.patch ? e.key)
-            UNION ALL
-            SELECT p.key, to_jsonb(CASE WHEN (p.value->>'reset')::boolean THEN 0 ELSE COALESCE((t.lines->>p.key)::bigint, 0) END + (p.value->>'add')::bigint)
-            FROM jsonb_each(u.patch) p
-            WHERE NOT ((p.value->>'reset')::boolean AND (p.value->>'add')::bigint = 0)) x) END,
-    order_status = COALESCE(u.status, t.order_status),
-    total_amount = CASE WHEN u.set_total THEN u.total ELSE t.total_amount END,
-    payment_reference = CASE WHEN u.set_ref THEN u.ref ELSE t.payment_reference END,
-    cancel_reason = CASE WHEN u.set_reason THEN u.reason ELSE t.cancel_reason END,
-    version = u.version
-FROM unnest($2::text[], $3::jsonb[], $4::text[], $5::boolean[], $6::bigint[], $7::boolean[], $8::text[], $9::boolean[], $10::text[], $11::bigint[])
-    AS u(order_id, patch, status, set_total, total, set_ref, ref, set_reason, reason, version)
-WHERE t.tenant_id = $1 AND t.order_id = u.order_id`,
-		batchCreated: `INSERT INTO ` + table + ` (tenant_id, order_id, stage, order_status, currency, lines, reserved, released, committed,
-	version, updated_at, last_position)
-SELECT $1, u.order_id, 'draft', 'draft', u.currency, '{}', 0, 0, 0, u.version, u.at, u.pos
-FROM unnest($2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bigint[]) AS u(order_id, currency, version, at, pos)`,
-		batchStock: `UPDATE ` + table + ` AS t SET reserved = t.reserved + u.r, released = t.released + u.rl, committed = t.committed + u.c
-FROM unnest($2::text[], $3::integer[], $4::integer[], $5::integer[]) AS u(order_id, r, rl, c)
-WHERE t.tenant_id = $1 AND t.order_id = u.order_id`,
-		batchRestage: `UPDATE ` + table + ` AS t SET stage = ` + stageCase + `, updated_at = u.at, last_position = u.pos
-FROM unnest($2::text[], $3::timestamptz[], $4::bigint[]) AS u(order_id, at, pos)
-WHERE t.tenant_id = $1 AND t.order_id = u.order_id`,
+		// Orders created in the batch: the whole row, folded in Go from the
+		// empty order, and its stage derived from it.
+		batchInsert: `INSERT INTO ` + table + ` (tenant_id, order_id, stage, order_status, currency, lines, reserved, released, committed,
+	total_amount, payment_reference, cancel_reason, version, updated_at, last_position)
+SELECT $1, n.order_id, ` + stageOf("n.") + `, n.order_status, n.currency, n.lines, n.reserved, n.released, n.committed,
+	n.total_amount, n.payment_reference, n.cancel_reason, n.version, n.at, n.pos
+FROM unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::integer[], $7::integer[], $8::integer[],
+	$9::bigint[], $10::text[], $11::text[], $12::bigint[], $13::timestamptz[], $14::bigint[])
+	AS n(order_id, order_status, currency, lines, reserved, released, committed, total_amount, payment_reference, cancel_reason, version, at, pos)`,
+		// Orders made by an earlier batch: each row found by key (keyed
+		// plans, projections/handler.go), its new values computed from it
+		// and the batch's patch, the stage derived from those, and the row
+		// written once by ctid. A patch of lines maps a product to
+		// {reset, add}: reset drops the line's quantity before add (a
+		// removal, perhaps added again after), and a reset line left at
+		// zero is removed. A NULL version marks a row the batch changes
+		// only by stock events; RETURNING says which rows order events
+		// changed (each must exist).
+		batchUpdate: `UPDATE ` + table + ` AS t SET lines = n.lines, order_status = n.order_status, total_amount = n.total_amount,
+	payment_reference = n.payment_reference, cancel_reason = n.cancel_reason, version = n.version,
+	reserved = n.reserved, released = n.released, committed = n.committed,
+	stage = ` + stageOf("n.") + `, updated_at = n.at, last_position = n.pos
+FROM unnest($2::text[], $3::jsonb[], $4::text[], $5::boolean[], $6::bigint[], $7::boolean[], $8::text[], $9::boolean[], $10::text[],
+	$11::bigint[], $12::integer[], $13::integer[], $14::integer[], $15::timestamptz[], $16::bigint[])
+	AS u(order_id, patch, status, set_total, total, set_ref, ref, set_reason, reason, version, r, rl, c, at, pos)
+CROSS JOIN LATERAL (SELECT k.ctid AS tid,
+	CASE WHEN u.patch IS NULL THEN k.lines ELSE (
+		SELECT COALESCE(jsonb_object_agg(x.k, x.v), '{}'::jsonb) FROM (
+			SELECT e.key AS k, e.value AS v FROM jsonb_each(k.lines) e WHERE NOT (u.patch ? e.key)
+			UNION ALL
+			SELECT p.key, to_jsonb(CASE WHEN (p.value->>'reset')::boolean THEN 0 ELSE COALESCE((k.lines->>p.key)::bigint, 0) END + (p.value->>'add')::bigint)
+			FROM jsonb_each(u.patch) p
+			WHERE NOT ((p.value->>'reset')::boolean AND (p.value->>'add')::bigint = 0)) x) END AS lines,
+	COALESCE(u.status, k.order_status) AS order_status,
+	CASE WHEN u.set_total THEN u.total ELSE k.total_amount END AS total_amount,
+	CASE WHEN u.set_ref THEN u.ref ELSE k.payment_reference END AS payment_reference,
+	CASE WHEN u.set_reason THEN u.reason ELSE k.cancel_reason END AS cancel_reason,
+	COALESCE(u.version, k.version) AS version,
+	k.reserved + u.r AS reserved, k.released + u.rl AS released, k.committed + u.c AS committed,
+	u.at, u.pos
+	FROM ` + table + ` k WHERE k.tenant_id = $1 AND k.order_id = u.order_id OFFSET 0) n
+WHERE t.ctid = n.tid
+RETURNING u.version IS NOT NULL`,
 	}
 }
 
-// stageCase derives the stage from the row as the statements before left
-// it. The order of the WHENs is the precedence: what the order says first,
-// then what the stock says.
-const stageCase = `CASE
-	WHEN order_status = 'draft' THEN 'draft'
-	WHEN order_status = 'cancelled' THEN CASE WHEN reserved > released + committed THEN 'releasing' ELSE 'cancelled' END
-	WHEN order_status = 'paid' AND released > 0 THEN CASE WHEN reserved > released + committed THEN 'releasing' ELSE 'paid_unfulfilled' END
-	WHEN order_status = 'paid' THEN CASE WHEN committed >= (SELECT count(*) FROM jsonb_object_keys(lines)) THEN 'completed' ELSE 'committing' END
-	WHEN released > 0 THEN 'releasing'
-	WHEN reserved >= (SELECT count(*) FROM jsonb_object_keys(lines)) THEN 'awaiting_payment'
+// stageOf derives the stage from a row's order_status, reserved,
+// released, committed and lines, read through the qualifier q ("" for the
+// row as the statements before left it, "n." for values a statement
+// computes). The order of the WHENs is the precedence: what the order says
+// first, then what the stock says.
+func stageOf(q string) string {
+	return strings.NewReplacer("$status", q+"order_status", "$reserved", q+"reserved", "$released", q+"released",
+		"$committed", q+"committed", "$lines", q+"lines").Replace(`CASE
+	WHEN $status = 'draft' THEN 'draft'
+	WHEN $status = 'cancelled' THEN CASE WHEN $reserved > $released + $committed THEN 'releasing' ELSE 'cancelled' END
+	WHEN $status = 'paid' AND $released > 0 THEN CASE WHEN $reserved > $released + $committed THEN 'releasing' ELSE 'paid_unfulfilled' END
+	WHEN $status = 'paid' THEN CASE WHEN $committed >= (SELECT count(*) FROM jsonb_object_keys($lines)) THEN 'completed' ELSE 'committing' END
+	WHEN $released > 0 THEN 'releasing'
+	WHEN $reserved >= (SELECT count(*) FROM jsonb_object_keys($lines)) THEN 'awaiting_payment'
 	ELSE 'reserving'
-END`
+END`)
+}
 
 // All returns the fulfilment module's projections writing into their live
 // tables.
