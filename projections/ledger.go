@@ -174,7 +174,11 @@ const (
 )
 
 // LedgerBatch is a batch's counts, queued and not yet committed.
-type LedgerBatch struct{ rows map[string]Ledger }
+type LedgerBatch struct {
+	rows    map[string]Ledger
+	was     map[string]int64 // the book's count of each tenant before the batch
+	tenants []string         // in order of first appearance
+}
 
 // Queue counts recs (use(i) says what became of recs[i]) into a copy of
 // the book and queues, per tenant of recs, its set_config, the row's upsert
@@ -183,33 +187,56 @@ type LedgerBatch struct{ rows map[string]Ledger }
 // that moves the checkpoint past recs. Commit the result once that
 // transaction committed.
 func (lb *LedgerBook) Queue(b *pgx.Batch, recs []event.Record, use func(i int) LedgerUse) LedgerBatch {
-	next := map[string]Ledger{}
-	var order []string
+	lbt := lb.Count(recs, use)
+	for _, t := range lbt.tenants {
+		b.Queue(db.SetTenantSQL, t)
+		lb.QueueTenant(b, lbt, t)
+	}
+	return lbt
+}
+
+// Count counts recs into a copy of the book, queuing nothing: QueueTenant
+// then queues each tenant's rows where the batch has its setting already.
+func (lb *LedgerBook) Count(recs []event.Record, use func(i int) LedgerUse) LedgerBatch {
+	lbt := LedgerBatch{rows: map[string]Ledger{}, was: map[string]int64{}}
 	for i, rec := range recs {
-		l, ok := next[rec.Tenant]
+		l, ok := lbt.rows[rec.Tenant]
 		if !ok {
 			l = lb.rows[rec.Tenant]
-			order = append(order, rec.Tenant)
+			lbt.was[rec.Tenant] = l.Events
+			lbt.tenants = append(lbt.tenants, rec.Tenant)
 		}
 		u := use(i)
 		l.count(rec, u == LedgerApplied, u == LedgerParked)
-		next[rec.Tenant] = l
+		lbt.rows[rec.Tenant] = l
 	}
-	for _, t := range order {
-		l, was := next[t], lb.rows[t].Events
-		b.Queue(db.SetTenantSQL, t)
-		b.Queue(upsertLedgerSQL, lb.name, lb.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
-			u64(l.Last.Major), u64(l.Last.Minor), was).Exec(func(ct pgconn.CommandTag) error {
-			if ct.RowsAffected() != 1 {
-				return ErrLedgerMoved
-			}
-			return nil
-		})
-		if l.Events/LedgerMarkEvery != was/LedgerMarkEvery {
-			b.Queue(insertLedgerMarkSQL, lb.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
+	return lbt
+}
+
+// Tenants returns the tenants the batch counted events of, in order of
+// their first event.
+func (lbt LedgerBatch) Tenants() []string { return lbt.tenants }
+
+// QueueTenant queues tenant t's upsert of lbt (guarded by the count the
+// book had) and a mark when the count passed a multiple of LedgerMarkEvery,
+// into b, where the tenant setting is t already; nothing if lbt counted no
+// event of t.
+func (lb *LedgerBook) QueueTenant(b *pgx.Batch, lbt LedgerBatch, t string) {
+	l, ok := lbt.rows[t]
+	if !ok {
+		return
+	}
+	was := lbt.was[t]
+	b.Queue(upsertLedgerSQL, lb.name, lb.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
+		u64(l.Last.Major), u64(l.Last.Minor), was).Exec(func(ct pgconn.CommandTag) error {
+		if ct.RowsAffected() != 1 {
+			return ErrLedgerMoved
 		}
+		return nil
+	})
+	if l.Events/LedgerMarkEvery != was/LedgerMarkEvery {
+		b.Queue(insertLedgerMarkSQL, lb.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
 	}
-	return LedgerBatch{rows: next}
 }
 
 // Commit records a committed batch's counts in the book.

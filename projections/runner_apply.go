@@ -277,8 +277,8 @@ type applied struct {
 
 // apply sends the batch in one pipelined round trip: BEGIN, the checkpoint
 // move, then per tenant its set_config, the statements of its events
-// (set-based, or event by event) and the dead letters of the events plan
-// parks, and commits in a second round trip.
+// (set-based, or event by event), the dead letters of the events plan
+// parks and its ledger row, and commits in a second round trip.
 func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record, items []item, next event.Position, bp BatchProjection, setBased bool, plan *parkPlan) (applied, error) {
 	var res applied
 	from := r.checkpoint
@@ -316,6 +316,31 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			return err
 		})
 	owner := []int{ownerRunner, ownerRunner} // queued statement -> its event's index in recs, or an owner constant
+	// The ledger counts every event of the batch: applied, parked, or not
+	// of the projection's types. A tenant's row is queued after its events'
+	// statements, under the setting they run with; tenants none of whose
+	// events the projection handles get theirs after all.
+	uses := make([]LedgerUse, len(recs))
+	for i, it := range items {
+		if parked[i] {
+			uses[it.idx] = LedgerParked
+		} else {
+			uses[it.idx] = LedgerApplied
+		}
+	}
+	res.ledger = r.ledger.Count(recs, func(i int) LedgerUse { return uses[i] })
+	counted := make(map[string]bool, len(res.ledger.Tenants()))
+	queueLedger := func(t string) {
+		if counted[t] {
+			return
+		}
+		n := b.Len()
+		r.ledger.QueueTenant(b, res.ledger, t)
+		for range b.Len() - n {
+			owner = append(owner, ownerRunner)
+		}
+		counted[t] = true
+	}
 	for lo := 0; lo < len(items); {
 		hi := lo + 1
 		for hi < len(items) && items[hi].ev.Tenant == items[lo].ev.Tenant {
@@ -379,22 +404,15 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			}
 			owner = append(owner, ownerRunner)
 		}
+		queueLedger(items[lo].ev.Tenant)
 		lo = hi
 	}
-	// The ledger counts every event of the batch: applied, parked, or not
-	// of the projection's types.
-	uses := make([]LedgerUse, len(recs))
-	for i, it := range items {
-		if parked[i] {
-			uses[it.idx] = LedgerParked
-		} else {
-			uses[it.idx] = LedgerApplied
+	for _, t := range res.ledger.Tenants() {
+		if !counted[t] {
+			b.Queue(db.SetTenantSQL, t)
+			owner = append(owner, ownerRunner)
+			queueLedger(t)
 		}
-	}
-	n := b.Len()
-	res.ledger = r.ledger.Queue(b, recs, func(i int) LedgerUse { return uses[i] })
-	for range b.Len() - n {
-		owner = append(owner, ownerRunner)
 	}
 
 	err := sendTx(ctx, conn, b, func() { failpoint.Hit(FailpointBeforeCommit) }, func(k int, err error) error {
