@@ -91,6 +91,7 @@ type Runner struct {
 	checkpoint    event.Position
 	streams       *streamCache
 	catchingUp    bool                    // the last batch was full: the next one is read at once
+	wakeTakenAt   time.Time               // when Run took the wake-up channel for this step (zero: none)
 	generation    string                  // of the checkpoint row, for dead letters
 	parkedStreams int64                   // the checkpoint row's count: 0 means no stream needs looking up
 	retries       map[streamKey]time.Time // parked streams the runner retries, and when
@@ -278,12 +279,15 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		errDelay  time.Duration
 		transient time.Duration
 		lastStart time.Time // of the last batch
+		wake      <-chan struct{}
+		haveWake  bool // wake was taken after the last wake-up, before the gather pause
 	)
 	for {
-		var wake <-chan struct{}
-		if r.cfg.Wake != nil {
-			wake = r.cfg.Wake() // before reading: a wake-up during the read is not lost
+		if r.cfg.Wake != nil && !haveWake {
+			wake = r.cfg.Wake()        // before reading: a wake-up during the read is not lost
+			r.wakeTakenAt = time.Now() // a head read begun since may serve this step (SharedReads)
 		}
+		haveWake = false
 		if ctx.Err() != nil {
 			r.stop(conn)
 			return nil
@@ -357,6 +361,11 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		case <-wake:
 			timer.Stop()
 			chasing, repoll = true, 0
+			// The next channel is taken now, before the gather pause: the
+			// runners woken by one append then all took theirs before any
+			// of them reads, so they can share that read (SharedReads).
+			wake, haveWake = r.cfg.Wake(), true
+			r.wakeTakenAt = time.Now()
 			if wait := r.cfg.Gather - time.Since(lastStart); wait > 0 && !pgsession.Sleep(ctx, wait) {
 				r.stop(conn)
 				return nil
@@ -395,6 +404,7 @@ func (r *Runner) begin(ctx context.Context, conn *pgx.Conn) error {
 	r.streams.reset()
 	r.ledger = NewLedgerBook(r.proj.Name(), r.generation)
 	r.catchingUp, r.pauseSeen = false, false
+	r.wakeTakenAt = time.Time{} // CatchUp reads the head for itself
 	clear(r.retries)
 	if r.cfg.DeadLetters && r.parkedStreams > 0 {
 		if err := r.loadRetries(ctx, conn); err != nil {

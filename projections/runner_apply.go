@@ -33,7 +33,7 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	var decoded *sharedBatch
 	var err error
 	if sh := r.cfg.Shared; sh != nil {
-		decoded, err = sh.read(ctx, r, r.checkpoint, r.readSize(), r.catchingUp)
+		decoded, err = sh.read(ctx, r, r.checkpoint, r.readSize(), r.catchingUp, r.wakeTakenAt)
 		if decoded != nil {
 			recs = decoded.recs
 		}

@@ -15,11 +15,14 @@ import (
 // once instead of once per projection. A full rebuild of four projections
 // otherwise reads and decodes the whole log four times.
 //
-// Only full batches are shared, and only with a runner that is catching up
-// (its previous batch was full too): such a runner reads again at once, so
-// a shared batch can never hide newer events from it. A runner following
-// the head reads on its own, so that no wake-up is ever answered with a
-// read that began before the event it announces.
+// Full batches are shared with a runner that is catching up (its previous
+// batch was full too): such a runner reads again at once, so a shared batch
+// can never hide newer events from it. A runner following the head shares
+// a read (full or not) only if that read began after the runner took its
+// wake-up channel: an event committed before then is in the read, and one
+// committed after closes the channel, so no wake-up is ever answered with a
+// read that began before the event it announces. Runners woken by the same
+// append thus read and decode the head once between them.
 //
 // Projections apply batches at different speeds. So that the fastest does
 // not run so far ahead that the batches it read are evicted before the
@@ -35,7 +38,8 @@ type SharedReads struct {
 
 	mu      sync.Mutex
 	batches map[batchKey]*sharedBatch
-	order   []entry // oldest first
+	order   []entry                 // oldest first
+	heads   [headReads]*sharedBatch // the latest reads at the head, any length
 	readers map[any]*readerState
 	moved   *Signal // a reader asked for its next batch
 	stats   SharedStats
@@ -56,9 +60,14 @@ const readerIdle = time.Second
 // reads again, it reads for itself.
 const readerGone = 10 * time.Second
 
-// SharedStats counts how batches were obtained.
+// headReads is how many of the latest head reads are kept for sharing:
+// one per position the process's runners are at, which is one or two.
+const headReads = 8
+
+// SharedStats counts how batches were obtained: read from the log, shared
+// while catching up, shared at the head.
 type SharedStats struct {
-	Reads, Shared int64
+	Reads, Shared, SharedHeads int64
 }
 
 type entry struct {
@@ -72,6 +81,8 @@ type batchKey struct {
 }
 
 type sharedBatch struct {
+	key      batchKey
+	started  time.Time     // just before the read was sent
 	done     chan struct{} // closed once recs, payloads and err are set
 	recs     []event.Record
 	payloads []event.Payload // decoded with the registry; nil where decoding failed
@@ -103,8 +114,10 @@ func (s *SharedReads) Stats() SharedStats {
 }
 
 // read returns the batch after pos for reader. When catchingUp, a batch
-// another runner read (or is reading) is reused if it is full.
-func (s *SharedReads) read(ctx context.Context, reader any, after event.Position, limit int, catchingUp bool) (*sharedBatch, error) {
+// another runner read (or is reading) is reused if it is full. Otherwise,
+// when since is set (the reader took its wake-up channel then), a read of
+// the same batch begun at or after since is reused, whatever its length.
+func (s *SharedReads) read(ctx context.Context, reader any, after event.Position, limit int, catchingUp bool, since time.Time) (*sharedBatch, error) {
 	k := batchKey{after, limit}
 	s.mu.Lock()
 	st := s.readers[reader]
@@ -143,9 +156,25 @@ func (s *SharedReads) read(ctx context.Context, reader any, after event.Position
 		}
 		// Failed or partial: not for sharing; read afresh below.
 	}
-	b := &sharedBatch{done: make(chan struct{})}
 	s.mu.Lock()
+	if !since.IsZero() {
+		if h := s.headLocked(k, since); h != nil {
+			s.stats.SharedHeads++
+			s.mu.Unlock()
+			select {
+			case <-h.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if h.err == nil {
+				return h, nil
+			}
+			s.mu.Lock() // failed: read afresh
+		}
+	}
+	b := &sharedBatch{key: k, started: time.Now(), done: make(chan struct{})}
 	s.stats.Reads++
+	s.pushHeadLocked(b)
 	s.mu.Unlock()
 	s.load(ctx, k, b)
 	if b.err != nil {
@@ -161,6 +190,22 @@ func (s *SharedReads) read(ctx context.Context, reader any, after event.Position
 		s.mu.Unlock()
 	}
 	return b, nil
+}
+
+// headLocked returns the latest head read of k begun at or after since.
+func (s *SharedReads) headLocked(k batchKey, since time.Time) *sharedBatch {
+	for i := len(s.heads) - 1; i >= 0; i-- {
+		if h := s.heads[i]; h != nil && h.key == k && !h.started.Before(since) {
+			return h
+		}
+	}
+	return nil
+}
+
+// pushHeadLocked keeps b as the latest head read, forgetting the oldest.
+func (s *SharedReads) pushHeadLocked(b *sharedBatch) {
+	copy(s.heads[:], s.heads[1:])
+	s.heads[len(s.heads)-1] = b
 }
 
 // throttle waits while reading a new batch k would push out of the window

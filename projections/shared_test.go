@@ -53,25 +53,25 @@ func TestSharedReads(t *testing.T) {
 
 	// A full batch read by one runner is shared with a catching-up one,
 	// decoded once.
-	first, err := s.read(ctx, a, event.Position{}, 4, false)
+	first, err := s.read(ctx, a, event.Position{}, 4, false, time.Time{})
 	if err != nil || len(first.recs) != 4 || first.payloads[0] == nil {
 		t.Fatalf("first read: %v %+v", err, first)
 	}
-	second, err := s.read(ctx, b, event.Position{}, 4, true)
+	second, err := s.read(ctx, b, event.Position{}, 4, true, time.Time{})
 	if err != nil || second != first || log.reads != 1 {
 		t.Fatalf("catching-up read was not shared (%d log reads)", log.reads)
 	}
-	// A runner following the head always reads for itself.
-	if third, _ := s.read(ctx, b, event.Position{}, 4, false); third == first || log.reads != 2 {
+	// A runner following the head without a wake-up time reads for itself.
+	if third, _ := s.read(ctx, b, event.Position{}, 4, false, time.Time{}); third == first || log.reads != 2 {
 		t.Fatalf("a live read was served from the cache (%d log reads)", log.reads)
 	}
 	// A partial batch is never shared: more may have become visible since.
 	tail := event.Position{Major: 8, Minor: 8}
-	if p, _ := s.read(ctx, a, tail, 4, true); len(p.recs) != 2 {
+	if p, _ := s.read(ctx, a, tail, 4, true, time.Time{}); len(p.recs) != 2 {
 		t.Fatalf("partial read: %d records", len(p.recs))
 	}
 	log.add(3)
-	if p, _ := s.read(ctx, b, tail, 4, true); len(p.recs) != 4 {
+	if p, _ := s.read(ctx, b, tail, 4, true, time.Time{}); len(p.recs) != 4 {
 		t.Fatalf("a partial batch was shared: %d records, want the 4 now visible", len(p.recs))
 	}
 	// The window keeps at most keep batches.
@@ -112,7 +112,7 @@ func TestSharedReadsDropsPassedBatches(t *testing.T) {
 	}
 	for _, r := range []any{a, b} {
 		for after := 0; after < 12; after += 4 {
-			if _, err := s.read(ctx, r, event.Position{Major: uint64(after), Minor: uint64(after)}, 4, true); err != nil {
+			if _, err := s.read(ctx, r, event.Position{Major: uint64(after), Minor: uint64(after)}, 4, true, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -123,18 +123,61 @@ func TestSharedReadsDropsPassedBatches(t *testing.T) {
 	}
 	// A reader that has not read for longer than readerGone, far behind,
 	// keeps nothing.
-	if _, err := s.read(ctx, gone, event.Position{}, 4, true); err != nil {
+	if _, err := s.read(ctx, gone, event.Position{}, 4, true, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
 	s.readers[gone].seen = time.Now().Add(-2 * readerGone)
 	s.mu.Unlock()
 	for _, r := range []any{a, b} {
-		if _, err := s.read(ctx, r, event.Position{Major: 16, Minor: 16}, 4, false); err != nil {
+		if _, err := s.read(ctx, r, event.Position{Major: 16, Minor: 16}, 4, false, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := kept(); n != 1 {
 		t.Fatalf("%d batches kept once both readers follow the head and the third has gone quiet, want 1 (the last read)", n)
+	}
+}
+
+// TestSharedHeadReads: runners following the head share a read begun after
+// each took its wake-up channel, and never one begun before: an event
+// committed in between closes no channel they hold, so it would wait for
+// the next poll.
+func TestSharedHeadReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	log := &memLog{}
+	log.add(2)
+	s := NewSharedReads(log, event.NewRegistry(happenedCodec), 2)
+	a, b, c := new(int), new(int), new(int)
+
+	woken := time.Now() // a and b took the channel the same append closed
+	first, err := s.read(ctx, a, event.Position{}, 10, false, woken)
+	if err != nil || len(first.recs) != 2 || first.payloads[0] == nil {
+		t.Fatalf("first head read: %v %+v", err, first)
+	}
+	second, err := s.read(ctx, b, event.Position{}, 10, false, woken)
+	if err != nil || second != first || log.reads != 1 {
+		t.Fatalf("a head read begun after the wake-up was not shared (%d log reads)", log.reads)
+	}
+
+	// An event committed after that read; c took its channel after it.
+	log.add(1)
+	for !time.Now().After(first.started) {
+		time.Sleep(time.Microsecond)
+	}
+	later := time.Now()
+	third, err := s.read(ctx, c, event.Position{}, 10, false, later)
+	if err != nil || third == first || len(third.recs) != 3 || log.reads != 2 {
+		t.Fatalf("a head read begun before the wake-up was shared: %d records, %d log reads", len(third.recs), log.reads)
+	}
+
+	// Without a wake-up time (CatchUp, a runner without Wake) a head read
+	// is never shared.
+	if fourth, _ := s.read(ctx, a, event.Position{}, 10, false, time.Time{}); fourth == third || log.reads != 3 {
+		t.Fatalf("a head read without a wake-up time was shared (%d log reads)", log.reads)
+	}
+	if st := s.Stats(); st.SharedHeads != 1 || st.Reads != 3 {
+		t.Fatalf("stats %+v, want 3 reads and 1 shared head", st)
 	}
 }

@@ -173,3 +173,45 @@ func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
 	lat := awaitApplied(t, progress, orders.OrderListName, pos, committed, 5*time.Second)
 	t.Logf("applied %s after the older transaction ended (poll interval %s)", lat, noPoll)
 }
+
+// TestWakeSharesTheHeadRead: runners woken by the same append read and
+// decode the head once between them (SharedReads), and, with polling off,
+// every runner still applies every append: a shared read never answers a
+// wake-up it began before.
+func TestWakeSharesTheHeadRead(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, time.Minute)
+	d := testdb.New(t, projorders.Migrations)
+	wake, progress := projections.NewSignal(), projections.NewProgress()
+	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
+	shared := projections.NewSharedReads(store, order.Registry, 0)
+	all := orders.All()
+	for _, p := range all {
+		// A gather pause longer than an append takes: every runner is
+		// woken and pausing before the first of them reads.
+		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll,
+			Gather: 25 * time.Millisecond, Wake: wake.C, Progress: progress, Shared: shared, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		startRunner(t, ctx, r)
+	}
+	before := shared.Stats()
+	const appends = 30
+	for i := range appends {
+		began := time.Now()
+		pos := appendOne(t, ctx, store, "t-s", "s"+string(rune('a'+i)))
+		for _, p := range all {
+			awaitApplied(t, progress, p.Name(), pos, began, 10*time.Second)
+		}
+	}
+	st := shared.Stats()
+	reads, heads := st.Reads-before.Reads, st.SharedHeads-before.SharedHeads
+	t.Logf("%d appends, %d runners: %d log reads, %d head reads shared", appends, len(all), reads, heads)
+	// Alone the runners would make at least appends x runners reads;
+	// sharing, about one per append (the runners that took their channel
+	// after the first read began read again).
+	if heads < appends || reads+heads < int64(appends*len(all)) {
+		t.Fatalf("head reads were not shared: %d log reads, %d shared", reads, heads)
+	}
+}
