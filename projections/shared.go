@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -192,12 +193,35 @@ func (s *SharedReads) read(ctx context.Context, reader any, after event.Position
 	return b, nil
 }
 
-// headLocked returns the latest head read of k begun at or after since.
+// headLocked returns a head read begun at or after since that answers k:
+// the latest read of k itself (perhaps still in flight), or else the part
+// after k.after of a finished partial read from an earlier position, which
+// held every event visible when it ran (runners under steady load drift
+// apart by a few events and would otherwise never ask for the same batch).
 func (s *SharedReads) headLocked(k batchKey, since time.Time) *sharedBatch {
 	for i := len(s.heads) - 1; i >= 0; i-- {
 		if h := s.heads[i]; h != nil && h.key == k && !h.started.Before(since) {
 			return h
 		}
+	}
+	for i := len(s.heads) - 1; i >= 0; i-- {
+		h := s.heads[i]
+		if h == nil || h.started.Before(since) || !h.key.after.Less(k.after) {
+			continue
+		}
+		select {
+		case <-h.done:
+		default:
+			continue // still reading: whether it is partial is not known yet
+		}
+		n := len(h.recs)
+		if h.err != nil || n >= h.key.limit || n == 0 || h.recs[n-1].Position.Less(k.after) {
+			continue
+		}
+		j := sort.Search(n, func(j int) bool { return k.after.Less(h.recs[j].Position) })
+		end := min(n, j+k.limit)
+		return &sharedBatch{key: k, started: h.started, done: h.done,
+			recs: h.recs[j:end:end], payloads: h.payloads[j:end:end], errs: h.errs[j:end:end]}
 	}
 	return nil
 }

@@ -172,12 +172,30 @@ func TestSharedHeadReads(t *testing.T) {
 		t.Fatalf("a head read begun before the wake-up was shared: %d records, %d log reads", len(third.recs), log.reads)
 	}
 
+	// A runner a little ahead (it applied the first event already) gets the
+	// rest of a partial read from before its position: that read held
+	// every visible event. Not so from a full read, which may have stopped
+	// short of the head.
+	d := new(int)
+	one := event.Position{Major: 1, Minor: 1}
+	rest, err := s.read(ctx, d, one, 10, false, later)
+	if err != nil || log.reads != 2 || len(rest.recs) != 2 || rest.recs[0].Position != (event.Position{Major: 2, Minor: 2}) || rest.payloads[1] == nil {
+		t.Fatalf("the rest of a partial head read was not shared: %v, %d log reads, %+v", err, log.reads, rest)
+	}
+	full, err := s.read(ctx, d, event.Position{}, 2, false, time.Now())
+	if err != nil || len(full.recs) != 2 || log.reads != 3 {
+		t.Fatalf("full read: %v, %d log reads", err, log.reads)
+	}
+	if _, err := s.read(ctx, a, one, 2, false, full.started); err != nil || log.reads != 4 {
+		t.Fatalf("the rest of a full head read was shared (%d log reads)", log.reads)
+	}
+
 	// Without a wake-up time (CatchUp, a runner without Wake) a head read
 	// is never shared.
-	if fourth, _ := s.read(ctx, a, event.Position{}, 10, false, time.Time{}); fourth == third || log.reads != 3 {
+	if fourth, _ := s.read(ctx, a, event.Position{}, 10, false, time.Time{}); fourth == third || log.reads != 5 {
 		t.Fatalf("a head read without a wake-up time was shared (%d log reads)", log.reads)
 	}
-	if st := s.Stats(); st.SharedHeads != 1 || st.Reads != 3 {
-		t.Fatalf("stats %+v, want 3 reads and 1 shared head", st)
+	if st := s.Stats(); st.SharedHeads != 2 || st.Reads != 5 {
+		t.Fatalf("stats %+v, want 5 reads and 2 shared heads", st)
 	}
 }
