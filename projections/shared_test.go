@@ -43,12 +43,18 @@ func (l *memLog) add(n int) {
 	}
 }
 
+// newMemShared returns a log of n events and shared reads keeping keep
+// batches of it.
+func newMemShared(n, keep int) (*memLog, *SharedReads) {
+	log := &memLog{}
+	log.add(n)
+	return log, NewSharedReads(log, event.NewRegistry(happenedCodec), keep)
+}
+
 func TestSharedReads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	log := &memLog{}
-	log.add(10)
-	s := NewSharedReads(log, event.NewRegistry(happenedCodec), 2)
+	log, s := newMemShared(10, 2)
 	a, b := new(int), new(int) // two readers
 
 	// A full batch read by one runner is shared with a catching-up one,
@@ -101,9 +107,7 @@ var happenedCodec = event.Codec{Type: happenedType, Version: 1, New: func() even
 func TestSharedReadsDropsPassedBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	log := &memLog{}
-	log.add(20)
-	s := NewSharedReads(log, event.NewRegistry(happenedCodec), 8)
+	_, s := newMemShared(20, 8)
 	a, b, gone := new(int), new(int), new(int)
 	kept := func() int {
 		s.mu.Lock()
@@ -146,9 +150,7 @@ func TestSharedReadsDropsPassedBatches(t *testing.T) {
 func TestSharedHeadReads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	log := &memLog{}
-	log.add(2)
-	s := NewSharedReads(log, event.NewRegistry(happenedCodec), 2)
+	log, s := newMemShared(2, 2)
 	a, b, c := new(int), new(int), new(int)
 
 	woken := time.Now() // a and b took the channel the same append closed

@@ -25,6 +25,13 @@ import (
 // applies within a test that uses it, a wake-up made it happen.
 const noPoll = time.Hour
 
+// wakingStore returns d's store, whose appends fire the wake-up signal it
+// also returns, and a progress signal for the runners.
+func wakingStore(d *testdb.DB) (*postgres.Store, *projections.Signal, *projections.Progress) {
+	wake := projections.NewSignal()
+	return postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire)), wake, projections.NewProgress()
+}
+
 // startRunner runs r until the test ends and waits until it is active.
 func startRunner(t *testing.T, ctx context.Context, r *projections.Runner) {
 	t.Helper()
@@ -71,8 +78,7 @@ func TestWakeInProcess(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
 	d := testdb.New(t, projorders.Migrations)
-	wake, progress := projections.NewSignal(), projections.NewProgress()
-	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
+	store, wake, progress := wakingStore(d)
 	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -141,8 +147,7 @@ func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
 	// A cluster of its own: the held transaction pauses every reader of
 	// its cluster.
 	d := testdb.NewPrivate(t, nil, projorders.Migrations).DB
-	wake, progress := projections.NewSignal(), projections.NewProgress()
-	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
+	store, wake, progress := wakingStore(d)
 	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +187,7 @@ func TestWakeSharesTheHeadRead(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
 	d := testdb.New(t, projorders.Migrations)
-	wake, progress := projections.NewSignal(), projections.NewProgress()
-	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
+	store, wake, progress := wakingStore(d)
 	shared := projections.NewSharedReads(store, order.Registry, 0)
 	all := orders.All()
 	for _, p := range all {
