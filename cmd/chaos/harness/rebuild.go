@@ -123,16 +123,6 @@ ORDER BY array_position(i.indkey::int2[], a.attnum)`, db.Schema, table)
 	return cols, nil
 }
 
-// readModelTables lists every table the projections write.
-func readModelTables() []string {
-	var out []string
-	for _, p := range modules.All().Projections() {
-		out = append(out, p.Tables()...)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // rebuildVerdict compares live read models with a rebuild.
 type rebuildVerdict struct {
 	Compared   int // table/tenant pairs
@@ -213,7 +203,7 @@ func compareWithRebuildOn(ctx context.Context, srv *pgembed.Server, liveDB strin
 		}
 	}
 
-	tables := readModelTables()
+	tables := modules.All().Tables()
 	liveSums, err := checksums(ctx, live, tables)
 	if err != nil {
 		return v, err

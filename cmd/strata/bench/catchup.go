@@ -67,25 +67,16 @@ func (e *Env) seedLog(ctx context.Context) (*logDB, error) {
 	return e.seeded, nil
 }
 
-// readModelTables are the tables every projection writes, truncated between
-// catch-up runs: taken from the projections, so that a module's new table is
-// never left holding the last run's rows (which the next run, starting from
-// an empty ledger, would insert again).
-func readModelTables() []string {
-	var out []string
-	for _, p := range modules.All().Projections() {
-		out = append(out, p.Tables()...)
-	}
-	return out
-}
-
 func resetReadSide(ctx context.Context, url string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	for _, t := range readModelTables() {
+	// Every projection's tables, so that a module's new table is never left
+	// holding the last run's rows (which the next run, from an empty
+	// ledger, would insert again).
+	for _, t := range modules.All().Tables() {
 		if _, err := conn.Exec(ctx, "TRUNCATE strata."+pgx.Identifier{t}.Sanitize()); err != nil {
 			return fmt.Errorf("reset %s: %w", t, err)
 		}

@@ -8,6 +8,7 @@ package modules
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/gorilla/mux"
 
@@ -125,6 +126,17 @@ func (s Set) Projections() []projections.Projection {
 			out = append(out, m.Projections()...)
 		}
 	}
+	return out
+}
+
+// Tables returns every table the modules' projections write (their live
+// tables), sorted: what a tool resets or compares to cover every read model.
+func (s Set) Tables() []string {
+	var out []string
+	for _, p := range s.Projections() {
+		out = append(out, p.Tables()...)
+	}
+	sort.Strings(out)
 	return out
 }
 
