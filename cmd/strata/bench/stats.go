@@ -53,6 +53,13 @@ func (r *recorder) add(d time.Duration) {
 	r.mu.Unlock()
 }
 
+// done counts the operations recorded so far, failed ones included.
+func (r *recorder) done() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int64(len(r.lat)) + r.errors
+}
+
 func (r *recorder) fail() {
 	r.mu.Lock()
 	r.errors++
