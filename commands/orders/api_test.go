@@ -191,6 +191,31 @@ func TestRulesAnswer422WithTheRule(t *testing.T) {
 	}
 }
 
+// TestLinesPerOrderAreBounded: an order holds at most order.MaxLines
+// lines (issue 29, finding 9: one order of 600 lines delayed every
+// tenant's fulfilment); the line past it is a 422 naming the rule, and
+// nothing is stored.
+func TestLinesPerOrderAreBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tok := token(t, "a")
+	wantStatus(t, b.do(t, "POST", "/v1/orders", tok, `{"order_id":"o-1","customer_id":"c-1","currency":"EUR"}`), 201, "")
+	line := func(i int) string {
+		return fmt.Sprintf(`{"product_id":"p-%d","quantity":1,"unit_price":{"amount":100,"currency":"EUR"}}`, i)
+	}
+	for i := range order.MaxLines {
+		wantStatus(t, b.do(t, "POST", "/v1/orders/o-1/lines", tok, line(i)), 200, "")
+	}
+	r := b.do(t, "POST", "/v1/orders/o-1/lines", tok, line(order.MaxLines))
+	wantStatus(t, r, 422, "rule_violation")
+	if want := fmt.Sprintf("at most %d lines", order.MaxLines); !strings.Contains(r.body, want) {
+		t.Errorf("%s does not name the rule (%q)", r.body, want)
+	}
+	if n := len(b.events(t, "a", "o-1")); n != 1+order.MaxLines {
+		t.Fatalf("stored %d events, want the creation and %d lines", n, order.MaxLines)
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
