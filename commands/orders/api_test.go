@@ -216,6 +216,28 @@ func TestLinesPerOrderAreBounded(t *testing.T) {
 	}
 }
 
+// TestEngineIdempotencyKeysAreRefused: the process managers' steps run
+// under keys "pm:<process>:<instance>:<step>"; a user who sent such a key
+// first (issue 29, finding 11: pm:fulfilment:o-1:cancel) would have made
+// the step replay the user's outcome and park. The namespace is the
+// engine's: a user key in it is a 400, and nothing is executed.
+func TestEngineIdempotencyKeysAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tok := token(t, "a")
+	create := `{"order_id":"o-1","customer_id":"c-1","currency":"EUR"}`
+	r := b.do(t, "POST", "/v1/orders", tok, create, "Idempotency-Key", "pm:fulfilment:o-1:cancel")
+	wantStatus(t, r, 400, "invalid_request")
+	if !strings.Contains(r.body, "reserved") {
+		t.Errorf("%s does not say the key is reserved", r.body)
+	}
+	if n := len(b.events(t, "a", "o-1")); n != 0 {
+		t.Fatalf("a refused key executed the command: %d events", n)
+	}
+	// Only the engine's exact prefix is reserved.
+	wantStatus(t, b.do(t, "POST", "/v1/orders", tok, create, "Idempotency-Key", "x-pm:fulfilment:o-1:cancel"), 201, "")
+}
+
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

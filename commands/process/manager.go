@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/strata-es/strata/commands"
 )
 
 var (
@@ -148,7 +150,9 @@ func (m *manager[S]) decide(stored json.RawMessage, in Input) (out decided, err 
 
 // StepKey is the idempotency key of step within an instance of process:
 // deterministic, so that a re-dispatch carries the same key. It fits the
-// store's key limit for any step the runtime accepts.
+// store's key limit for any step the runtime accepts. It is in the
+// engine's namespace (commands.EngineKeyPrefix), which the HTTP command
+// API refuses to users, so no user can send a step's key first.
 func StepKey(process, instance, stepKey string) string {
-	return "pm:" + process + ":" + instance + ":" + stepKey
+	return commands.EngineKeyPrefix + process + ":" + instance + ":" + stepKey
 }
