@@ -157,6 +157,11 @@ func execute[A any](w http.ResponseWriter, r *http.Request, exec commands.Execut
 				"Idempotency-Key must be 1 to 255 printable ASCII characters"))
 			return
 		}
+		if commands.IsEngineKey(key) {
+			httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest,
+				"Idempotency-Key must not start with \""+commands.EngineKeyPrefix+"\": that namespace is reserved for the engine's process steps"))
+			return
+		}
 		opts.Idempotency = &commands.Idempotency{
 			Key:         key,
 			RequestHash: requestHash(cmd, opts.ExpectedVersion),

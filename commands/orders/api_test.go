@@ -191,6 +191,53 @@ func TestRulesAnswer422WithTheRule(t *testing.T) {
 	}
 }
 
+// TestLinesPerOrderAreBounded: an order holds at most order.MaxLines
+// lines (issue 29, finding 9: one order of 600 lines delayed every
+// tenant's fulfilment); the line past it is a 422 naming the rule, and
+// nothing is stored.
+func TestLinesPerOrderAreBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tok := token(t, "a")
+	wantStatus(t, b.do(t, "POST", "/v1/orders", tok, `{"order_id":"o-1","customer_id":"c-1","currency":"EUR"}`), 201, "")
+	line := func(i int) string {
+		return fmt.Sprintf(`{"product_id":"p-%d","quantity":1,"unit_price":{"amount":100,"currency":"EUR"}}`, i)
+	}
+	for i := range order.MaxLines {
+		wantStatus(t, b.do(t, "POST", "/v1/orders/o-1/lines", tok, line(i)), 200, "")
+	}
+	r := b.do(t, "POST", "/v1/orders/o-1/lines", tok, line(order.MaxLines))
+	wantStatus(t, r, 422, "rule_violation")
+	if want := fmt.Sprintf("at most %d lines", order.MaxLines); !strings.Contains(r.body, want) {
+		t.Errorf("%s does not name the rule (%q)", r.body, want)
+	}
+	if n := len(b.events(t, "a", "o-1")); n != 1+order.MaxLines {
+		t.Fatalf("stored %d events, want the creation and %d lines", n, order.MaxLines)
+	}
+}
+
+// TestEngineIdempotencyKeysAreRefused: the process managers' steps run
+// under keys "pm:<process>:<instance>:<step>"; a user who sent such a key
+// first (issue 29, finding 11: pm:fulfilment:o-1:cancel) would have made
+// the step replay the user's outcome and park. The namespace is the
+// engine's: a user key in it is a 400, and nothing is executed.
+func TestEngineIdempotencyKeysAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tok := token(t, "a")
+	create := `{"order_id":"o-1","customer_id":"c-1","currency":"EUR"}`
+	r := b.do(t, "POST", "/v1/orders", tok, create, "Idempotency-Key", "pm:fulfilment:o-1:cancel")
+	wantStatus(t, r, 400, "invalid_request")
+	if !strings.Contains(r.body, "reserved") {
+		t.Errorf("%s does not say the key is reserved", r.body)
+	}
+	if n := len(b.events(t, "a", "o-1")); n != 0 {
+		t.Fatalf("a refused key executed the command: %d events", n)
+	}
+	// Only the engine's exact prefix is reserved.
+	wantStatus(t, b.do(t, "POST", "/v1/orders", tok, create, "Idempotency-Key", "x-pm:fulfilment:o-1:cancel"), 201, "")
+}
+
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

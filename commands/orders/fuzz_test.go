@@ -105,13 +105,14 @@ func (f *fakeExec) Handle(_ context.Context, cmd Command, opts commands.Options)
 // (commands/commandapi), a few of each.
 var (
 	ifMatchSeeds        = []string{`"3"`, `3`, `"-1"`, `W/"3"`, `*`, `""`, `"9223372036854775808"`, "3\r\nX-Injected: 1"}
-	idempotencyKeySeeds = []string{"k", "", "a b", "key\r\nX-Injected: 1", strings.Repeat("k", 256), "ключ"}
+	idempotencyKeySeeds = []string{"k", "", "a b", "key\r\nX-Injected: 1", strings.Repeat("k", 256), "ключ", "pm:fulfilment:o-1:cancel"}
 )
 
 // validKey is an independent statement of the Idempotency-Key rule: 1 to
-// 255 bytes, each printable ASCII (0x21-0x7e).
+// 255 bytes, each printable ASCII (0x21-0x7e), not in the engine's "pm:"
+// namespace.
 func validKey(k string) bool {
-	if len(k) < 1 || len(k) > 255 {
+	if len(k) < 1 || len(k) > 255 || strings.HasPrefix(k, "pm:") {
 		return false
 	}
 	for i := 0; i < len(k); i++ {

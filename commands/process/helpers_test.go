@@ -40,8 +40,10 @@ const (
 )
 
 type ticketOpened struct {
-	ID    string `json:"id"`
-	Title string `json:"title"` // "poison" makes the process's decision fail
+	ID string `json:"id"`
+	// Title "poison" makes the process's decision fail; "panic-decide"
+	// makes Decide panic, "panic-correlate" makes Correlate panic.
+	Title string `json:"title"`
 	// TimeoutMS is the escalation deadline after the event (default 1h).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// Reject makes the assignment refuse.
@@ -124,8 +126,11 @@ func decideTicket(s ticketState, exists bool, in Input) (Decision[ticketState], 
 	case InputEvent:
 		switch p := in.Event.Payload.(type) {
 		case ticketOpened:
-			if p.Title == "poison" {
+			switch p.Title {
+			case "poison":
 				return Decision[ticketState]{}, errors.New("the ticket's title is poison")
+			case "panic-decide":
+				panic("the ticket's title makes Decide panic")
 			}
 			if exists && s.Assigned {
 				return keep(statusOf(s)), nil
@@ -183,6 +188,9 @@ var ticketDefinition = Definition[ticketState]{
 	Correlate: func(ev Event) (string, string, bool) {
 		switch p := ev.Payload.(type) {
 		case ticketOpened:
+			if p.Title == "panic-correlate" {
+				panic("the ticket's title makes Correlate panic")
+			}
 			return p.ID, ev.Stream, true
 		case ticketClosed:
 			return p.ID, ev.Stream, true
@@ -378,6 +386,29 @@ func (b *bundle) append(tenant string, p event.Payload) eventstore.AppendResult 
 		b.t.Fatal(err)
 	}
 	return res
+}
+
+// appendRaw appends one event as stored bytes, bypassing the codec: what
+// an import or an old writer may have left in the log.
+func (b *bundle) appendRaw(tenant, stream, typ string, schemaVersion int, data string) eventstore.AppendResult {
+	b.t.Helper()
+	res, err := b.store.Append(b.ctx, eventstore.AppendRequest{Tenant: tenant, Stream: stream, Expected: eventstore.Any,
+		Events: []eventstore.NewEvent{{ID: uuid.NewString(), Type: typ, SchemaVersion: schemaVersion, Data: []byte(data)}}})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return res
+}
+
+// appendTo appends one event of the toy domain to stream (b.append
+// derives the stream from the ticket).
+func (b *bundle) appendTo(tenant, stream string, p event.Payload) {
+	b.t.Helper()
+	typ, sv, data, err := testRegistry.Encode(p)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.appendRaw(tenant, stream, typ, sv, string(data))
 }
 
 // admin runs fn on a superuser connection (test inspection only).

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/strata-es/strata/commands"
 )
 
 var (
@@ -40,8 +42,27 @@ type manager[S any] struct{ def Definition[S] }
 func (m *manager[S]) Name() string         { return m.def.Name }
 func (m *manager[S]) EventTypes() []string { return m.def.EventTypes }
 
-func (m *manager[S]) correlate(ev Event) (instance, stream string, ok bool) {
-	return m.def.Correlate(ev)
+// correlate runs Correlate and checks what it names. A panic, an instance
+// that is not an entity ID or an empty stream is an error: the event is
+// poison for this process (ARCHITECTURE decision 17), and the caller parks
+// its stream instead of stopping the process for every tenant.
+func (m *manager[S]) correlate(ev Event) (instance, stream string, ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			instance, stream, ok, err = "", "", false, fmt.Errorf("%s: Correlate panicked: %v", m.def.Name, p)
+		}
+	}()
+	instance, stream, ok = m.def.Correlate(ev)
+	if !ok {
+		return "", "", false, nil
+	}
+	if err := validInstance(instance); err != nil {
+		return "", "", false, fmt.Errorf("%s: Correlate gave an invalid instance %q: %w", m.def.Name, clip(instance, 100), err)
+	}
+	if stream == "" {
+		return "", "", false, fmt.Errorf("%s: Correlate gave instance %q no stream", m.def.Name, instance)
+	}
+	return instance, stream, true, nil
 }
 
 // decided is a Decision with its state and payloads encoded: what the
@@ -67,7 +88,14 @@ type step struct {
 // decide runs Decide on the stored state (nil: no instance yet) and encodes
 // the decision. It checks what the runtime relies on: a status label, step
 // keys that are non-empty and unique within the decision, deadline names.
-func (m *manager[S]) decide(stored json.RawMessage, in Input) (decided, error) {
+// A panic (in Decide, or in a payload's MarshalJSON) is an error like any
+// other failing decision: it parks the instance, never the process.
+func (m *manager[S]) decide(stored json.RawMessage, in Input) (out decided, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = decided{}, fmt.Errorf("%s: Decide panicked: %v", m.def.Name, p)
+		}
+	}()
 	var state S
 	exists := stored != nil
 	if exists {
@@ -82,7 +110,7 @@ func (m *manager[S]) decide(stored json.RawMessage, in Input) (decided, error) {
 	if !statusPattern.MatchString(d.Status) {
 		return decided{}, fmt.Errorf("%s decided status %q: want lower-case [a-z_]", m.def.Name, d.Status)
 	}
-	out := decided{Status: d.Status, Done: d.Done, Deadlines: d.Deadlines, Cancel: d.Cancel, Note: d.Note}
+	out = decided{Status: d.Status, Done: d.Done, Deadlines: d.Deadlines, Cancel: d.Cancel, Note: d.Note}
 	if out.State, err = json.Marshal(d.State); err != nil {
 		return decided{}, fmt.Errorf("encode %s state: %w", m.def.Name, err)
 	}
@@ -122,7 +150,9 @@ func (m *manager[S]) decide(stored json.RawMessage, in Input) (decided, error) {
 
 // StepKey is the idempotency key of step within an instance of process:
 // deterministic, so that a re-dispatch carries the same key. It fits the
-// store's key limit for any step the runtime accepts.
+// store's key limit for any step the runtime accepts. It is in the
+// engine's namespace (commands.EngineKeyPrefix), which the HTTP command
+// API refuses to users, so no user can send a step's key first.
 func StepKey(process, instance, stepKey string) string {
-	return "pm:" + process + ":" + instance + ":" + stepKey
+	return commands.EngineKeyPrefix + process + ":" + instance + ":" + stepKey
 }

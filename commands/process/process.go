@@ -40,12 +40,15 @@ type Definition[S any] struct {
 	EventTypes []string
 	// Correlate names the instance an event belongs to: its ID and the
 	// stream whose events it follows (the dead-letter store parks by
-	// stream). ok false: the event is not for this process.
+	// stream). ok false: the event is not for this process. An instance
+	// that is not an entity ID, an empty stream or a panic makes the event
+	// poison: it parks its own stream for its tenant, and the process goes
+	// on with every other stream and tenant.
 	Correlate func(ev Event) (instance string, stream string, ok bool)
 	// Decide is the process itself, pure: given the instance's state
 	// (exists false and the zero S for an instance not seen yet) and one
-	// input, it returns the decision. An error is a bug or a poison input:
-	// the instance is parked, the decision discarded. Decide must be
+	// input, it returns the decision. An error (or a panic) is a bug or a
+	// poison input: the instance is parked, the decision discarded. Decide must be
 	// deterministic: the same state and input give the same decision.
 	Decide func(state S, exists bool, in Input) (Decision[S], error)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
 )
@@ -153,14 +154,50 @@ type DeadlineInfo struct {
 }
 
 // InstanceDetail is one instance with its state, history, outbox and
-// deadlines.
+// deadlines. History, Steps and Deadlines are never nil: an instance with
+// none answers empty arrays, as the OpenAPI document says.
 type InstanceDetail struct {
 	Instance
 	State     json.RawMessage `json:"state"`
-	LastEvent json.RawMessage `json:"last_event,omitempty"`
+	LastEvent *EventView      `json:"last_event,omitempty"`
 	History   []HistoryEntry  `json:"history"`
 	Steps     []StepInfo      `json:"steps"`
 	Deadlines []DeadlineInfo  `json:"deadlines"`
+}
+
+// EventView is a log event as the HTTP API renders one, with the field
+// names the dead-letter routes give an event (event_id, schema_version,
+// position as a consistency token, recorded_at).
+type EventView struct {
+	EventID       string          `json:"event_id"`
+	Tenant        string          `json:"tenant"`
+	Stream        string          `json:"stream"`
+	Version       int64           `json:"version"`
+	Position      string          `json:"position"`
+	Type          string          `json:"type"`
+	SchemaVersion int             `json:"schema_version"`
+	Data          json.RawMessage `json:"data"`
+	Metadata      event.Metadata  `json:"metadata"`
+	RecordedAt    time.Time       `json:"recorded_at"`
+}
+
+// lastEventView renders process_instances.last_event, which holds an
+// event.Record as encoding/json writes it (Go's field names: the column's
+// format since it was added, kept so that every stored row reads alike).
+func lastEventView(stored []byte) (*EventView, error) {
+	if stored == nil {
+		return nil, nil
+	}
+	var rec event.Record
+	if err := json.Unmarshal(stored, &rec); err != nil {
+		return nil, fmt.Errorf("decode the instance's last event: %w", err)
+	}
+	data := rec.Data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	return &EventView{EventID: rec.ID, Tenant: rec.Tenant, Stream: rec.Stream, Version: rec.Version, Position: rec.Position.Token(),
+		Type: rec.Type, SchemaVersion: rec.SchemaVersion, Data: data, Metadata: rec.Metadata, RecordedAt: rec.RecordedAt.UTC()}, nil
 }
 
 // ErrInstanceNotFound: no such instance in the tenant (also for another
@@ -170,7 +207,7 @@ var ErrInstanceNotFound = errors.New("process instance not found")
 // ReadInstance returns one instance of a tenant, its whole history in
 // order, its steps and its deadlines. Errors: ErrInstanceNotFound.
 func ReadInstance(ctx context.Context, q projections.BatchSender, tenant, process, instance string) (InstanceDetail, error) {
-	var d InstanceDetail
+	d := InstanceDetail{History: []HistoryEntry{}, Steps: []StepInfo{}, Deadlines: []DeadlineInfo{}}
 	found := false
 	b := &pgx.Batch{}
 	// One snapshot for the row, its history, steps and deadlines: read
@@ -186,7 +223,11 @@ func ReadInstance(ctx context.Context, q projections.BatchSender, tenant, proces
 			if err != nil {
 				return err
 			}
-			d.State, d.LastEvent, found = state, last, true
+			d.State, found = state, true
+			d.LastEvent, err = lastEventView(last)
+			if err != nil {
+				return err
+			}
 		}
 		return rows.Err()
 	})

@@ -284,9 +284,14 @@ func (w *writer) retryLetter(ctx context.Context, tx pgx.Tx, ps *parkedSet, rt r
 			return &poisonError{err: fmt.Errorf("letter %d: %w", l.ID, err)}
 		}
 		ev := Event{Record: l.Event, Payload: payload}
-		id, stream, ok := rt.correlate(ev)
-		if !ok || validInstance(id) != nil {
-			return &poisonError{err: fmt.Errorf("letter %d: the event correlates to no valid instance", l.ID)}
+		id, stream, ok, err := rt.correlate(ev)
+		if err != nil {
+			return &poisonError{err: fmt.Errorf("letter %d: correlate: %w", l.ID, err)}
+		}
+		if !ok {
+			// Not for this process (after a fix, a letter parked because
+			// its correlation failed may say so): nothing to decide.
+			return nil
 		}
 		if inst, err = ps.instance(ctx, tx, w.name, tenant, id); err != nil {
 			return err

@@ -87,6 +87,8 @@ type Runner struct {
 	checkpoint event.Position
 	ledger     *projections.LedgerBook // the checkpoint's completeness ledger
 	work       map[string]bool         // tenants that may have pending steps or deadlines
+	served     uint64                  // steps dispatched (the clock of lastServed)
+	lastServed map[string]uint64       // by tenant: when its last step was dispatched (dispatchFair)
 
 	inflightMu sync.Mutex
 	inflight   map[stepID]bool
@@ -136,18 +138,19 @@ func NewRunner(spec Spec, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerConf
 		return nil, fmt.Errorf("process %s: %w", name, err)
 	}
 	r := &Runner{
-		spec:     spec,
-		rt:       rt,
-		name:     name,
-		log:      log,
-		pool:     pool,
-		cfg:      cfg,
-		logger:   cfg.Logger.With("process", name),
-		handles:  handles,
-		status:   RunnerStatus{Process: name, State: StateStopped},
-		kick:     make(chan struct{}, 1),
-		inflight: map[stepID]bool{},
-		finished: map[stepID]uint64{},
+		spec:       spec,
+		rt:         rt,
+		name:       name,
+		log:        log,
+		pool:       pool,
+		cfg:        cfg,
+		logger:     cfg.Logger.With("process", name),
+		handles:    handles,
+		status:     RunnerStatus{Process: name, State: StateStopped},
+		kick:       make(chan struct{}, 1),
+		inflight:   map[stepID]bool{},
+		finished:   map[stepID]uint64{},
+		lastServed: map[string]uint64{},
 	}
 	r.w = &writer{m: rt, name: name, now: cfg.Now, known: r.known}
 	return r, nil

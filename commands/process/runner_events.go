@@ -20,8 +20,15 @@ import (
 // the decision and its effects (state, steps, deadlines, history), and at
 // the end the checkpoint (ARCHITECTURE decision 10). An event for a done
 // instance is recorded as ignored; one for a parked instance, or whose
-// decision fails, waits in the dead-letter store. It returns how many log
-// events the batch covered.
+// decision fails, waits in the dead-letter store.
+//
+// Poison never stops the process (decisions 5 and 17): an event that does
+// not decode, or that Correlate cannot place (it panics, or names an
+// invalid instance or no stream), parks its own stream for its tenant,
+// with the instances that follow that stream, and every later event of
+// the stream, or of an instance whose stream is parked, waits behind it;
+// every other stream and tenant goes on. It returns how many log events
+// the batch covered.
 func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	recs, err := r.log.ReadAll(ctx, r.checkpoint, r.cfg.BatchSize)
 	if err != nil {
@@ -30,14 +37,8 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	if len(recs) == 0 {
 		return 0, nil
 	}
-	// Decode and correlate before the transaction: a payload that does
-	// not decode (a codec missing after a deploy) stops the process
-	// there, never skipped, as it would stop a projection.
-	type item struct {
-		idx              int // in recs
-		ev               Event
-		instance, stream string
-	}
+	// Decode and correlate before the transaction. What fails is kept as
+	// poison, to be parked in order with the rest.
 	var items []item
 	uses := make([]projections.LedgerUse, len(recs)) // for the completeness ledger; skipped unless decided or parked
 	for i, rec := range recs {
@@ -45,18 +46,24 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 			continue
 		}
 		payload, err := r.cfg.Registry.DecodeRecord(rec)
-		if err != nil {
+		if errors.Is(err, event.ErrUnknownType) {
+			// The registry's fault, not the event's (NewRunner checks
+			// every type the process consumes): parking would drop every
+			// event of the type. Stop, never skipping, until it is fixed.
 			return 0, fmt.Errorf("process %s: event %s of %s/%s v%d: %w", r.name, rec.ID, rec.Tenant, rec.Stream, rec.Version, err)
 		}
-		ev := Event{Record: rec, Payload: payload}
-		instance, stream, ok := r.rt.correlate(ev)
-		if !ok {
+		if err != nil {
+			items = append(items, item{idx: i, ev: Event{Record: rec}, poison: err})
 			continue
 		}
-		if err := validInstance(instance); err != nil || stream == "" {
-			return 0, fmt.Errorf("process %s: Correlate gave event %s instance %q stream %q: want an entity ID and a stream", r.name, rec.ID, instance, stream)
+		ev := Event{Record: rec, Payload: payload}
+		instance, stream, ok, err := r.rt.correlate(ev)
+		switch {
+		case err != nil:
+			items = append(items, item{idx: i, ev: ev, poison: fmt.Errorf("correlate: %w", err)})
+		case ok:
+			items = append(items, item{idx: i, ev: ev, instance: instance, stream: stream})
 		}
-		items = append(items, item{idx: i, ev: ev, instance: instance, stream: stream})
 	}
 	last := recs[len(recs)-1].Position
 	if err := r.ledger.Load(ctx, conn, recs); err != nil {
@@ -78,15 +85,7 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	// each other in a cycle. The instances are kept locked and cached for
 	// the batch, so a later event of an instance parked earlier in the
 	// batch parks behind it.
-	type parking struct {
-		inst     *instanceRow
-		rec      event.Record
-		cause    string
-		attempts int
-		sum      inputSummary
-	}
 	var parks []parking
-	type instKey struct{ tenant, instance string }
 	locked := map[instKey]*instanceRow{}
 	tenant := ""
 	setTenant := func(t string) error {
@@ -99,10 +98,31 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		tenant = t
 		return nil
 	}
+	lock := func(t, id, stream string) (*instanceRow, error) {
+		k := instKey{t, id}
+		if inst := locked[k]; inst != nil {
+			return inst, nil
+		}
+		row, err := lockInstance(ctx, tx, r.name, t, id)
+		if err != nil {
+			return nil, err
+		}
+		if !row.exists {
+			row.stream = stream
+		}
+		locked[k] = &row
+		return &row, nil
+	}
 	arrived, err := projections.ReadArrivals(ctx, tx, len(items) > 0)
 	if err != nil {
 		return 0, fmt.Errorf("process %s: %w", r.name, err)
 	}
+	// The streams parked before the batch, and those it parks.
+	parked, err := r.parkedStreams(ctx, tx, items)
+	if err != nil {
+		return 0, err
+	}
+	tenant = "" // the lookup set tenants of its own
 	added := map[string]bool{}
 	for _, it := range items {
 		rec := it.ev.Record
@@ -112,38 +132,57 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		if err := setTenant(rec.Tenant); err != nil {
 			return 0, err
 		}
-		k := instKey{rec.Tenant, it.instance}
-		inst := locked[k]
-		if inst == nil {
-			row, err := lockInstance(ctx, tx, r.name, rec.Tenant, it.instance)
-			if err != nil {
-				return 0, err
+		own := streamKey{rec.Tenant, rec.Stream}
+		if it.poison != nil {
+			uses[it.idx] = projections.LedgerParked
+			p := parking{tenant: rec.Tenant, rec: rec}
+			if !parked[own] {
+				r.logger.Warn("process cannot decode or correlate an event; its stream is parked for its tenant", "tenant", rec.Tenant,
+					"stream", rec.Stream, "version", rec.Version, "event", rec.ID, "type", rec.Type, "error", it.poison.Error())
+				p.cause, p.attempts = it.poison.Error(), 1
+				parked[own] = true
+				// The instances that follow the stream wait with it: their
+				// outcomes and deadlines must not overtake its events.
+				if err := r.holdFollowers(ctx, tx, lock, rec, it.poison); err != nil {
+					return 0, err
+				}
 			}
-			if !row.exists {
-				row.stream = it.stream
-			}
-			inst = &row
-			locked[k] = inst
+			parks = append(parks, p)
+			continue
+		}
+		inst, err := lock(rec.Tenant, it.instance, it.stream)
+		if err != nil {
+			return 0, err
 		}
 		ev := it.ev
 		in := Input{Kind: InputEvent, Instance: it.instance, Tenant: tenantID(rec.Tenant), At: rec.RecordedAt, Event: &ev}
-		uses[it.idx] = projections.LedgerApplied // decided, or recorded as ignored by a done instance
-		var err error
+		uses[it.idx] = projections.LedgerParked
 		switch {
 		case inst.parked:
-			uses[it.idx] = projections.LedgerParked
-			parks = append(parks, parking{inst: inst, rec: rec, sum: summarize(in)})
+			parks = append(parks, parking{tenant: rec.Tenant, inst: inst, rec: rec, sum: summarize(in)})
 		case inst.done:
+			uses[it.idx] = projections.LedgerApplied // recorded as ignored
 			err = r.w.record(ctx, tx, inst, histIgnored, summarize(in), "the instance is done")
+		case parked[streamKey{rec.Tenant, inst.stream}]:
+			// The instance's stream waits behind poison: so does the
+			// instance, from this event on.
+			parks = append(parks, parking{tenant: rec.Tenant, inst: inst, hold: true, rec: rec, sum: summarize(in)})
+			inst.parked = true
+		case parked[own]:
+			// The event's own stream (not the instance's) is parked: the
+			// event waits there, in its stream's order.
+			parks = append(parks, parking{tenant: rec.Tenant, rec: rec})
 		default:
+			uses[it.idx] = projections.LedgerApplied
 			_, err = r.w.apply(ctx, tx, inst, in)
 			var poison *poisonError
 			if errors.As(err, &poison) {
 				r.logger.Warn("process decision failed; the instance is parked", "tenant", rec.Tenant, "instance", it.instance,
 					"event", rec.ID, "error", poison.Error())
 				uses[it.idx] = projections.LedgerParked
-				parks = append(parks, parking{inst: inst, rec: rec, cause: poison.Error(), attempts: 1, sum: summarize(in)})
+				parks = append(parks, parking{tenant: rec.Tenant, inst: inst, rec: rec, cause: poison.Error(), attempts: 1, sum: summarize(in)})
 				inst.parked, err = true, nil
+				parked[streamKey{rec.Tenant, inst.stream}] = true
 			}
 		}
 		if err != nil {
@@ -153,12 +192,18 @@ func (r *Runner) decideBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		added[rec.Tenant] = true
 	}
 	for _, p := range parks {
-		if err := setTenant(p.inst.tenant); err != nil {
+		if err := setTenant(p.tenant); err != nil {
 			return 0, err
 		}
-		// park sees the instance as not parked yet for the head, parked
-		// for those behind it.
-		if p.attempts > 0 {
+		if p.inst == nil {
+			if _, err := projections.ParkEvent(ctx, tx, r.name, p.rec, clip(p.cause, 2000), p.attempts); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		// park sees the instance as not parked yet for the head (or the
+		// first event that holds it), parked for those behind it.
+		if p.attempts > 0 || p.hold {
 			p.inst.parked = false
 		}
 		if err := r.w.park(ctx, tx, p.inst, p.rec, p.cause, p.attempts, p.sum); err != nil {

@@ -62,15 +62,26 @@ func TestBatchCommitsAtomically(t *testing.T) {
 		}
 		return assignFn(ctx, tenant, payload, key)
 	}
+	// Every batch fails until the checks below are done: the runner
+	// retries a failed batch after a backoff, which a slow check must not
+	// race with.
 	var failed atomic.Int32
 	release := make(chan struct{})
+	checked := make(chan struct{})
 	r := b.runner(RunnerConfig{})
 	r.cfg.hooks = &testHooks{beforeCommit: func(what string) error {
-		if what == "batch" && failed.Add(1) == 1 {
-			close(release)
-			return errors.New("injected failure before commit")
+		if what != "batch" {
+			return nil
 		}
-		return nil
+		select {
+		case <-checked:
+			return nil
+		default:
+		}
+		if failed.Add(1) == 1 {
+			close(release)
+		}
+		return errors.New("injected failure before commit")
 	}}
 	res := b.append("t-a", ticketOpened{ID: "k1"})
 	b.start(r)
@@ -88,6 +99,7 @@ func TestBatchCommitsAtomically(t *testing.T) {
 			t.Errorf("after the failed batch: %s = %d, want 0", c.what, n)
 		}
 	}
+	close(checked)
 	close(held)
 	d := b.statusIs("t-a", "k1", "waiting")
 	if got := strings.Join(historyKinds(d), ","); got != "event,outcome,outcome" {

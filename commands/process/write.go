@@ -20,7 +20,7 @@ import (
 // runtime is what the engine needs of a Manager: New's *manager[S].
 type runtime interface {
 	Manager
-	correlate(ev Event) (instance, stream string, ok bool)
+	correlate(ev Event) (instance, stream string, ok bool, err error)
 	decide(stored json.RawMessage, in Input) (decided, error)
 }
 
@@ -338,6 +338,18 @@ VALUES ($1, $2, $3, $4, $5, true, $6, $6, $6)`, inst.tenant, w.name, inst.instan
 	if p.Head {
 		note = "parked the instance: " + cause
 	}
+	return w.record(ctx, tx, inst, histParked, summary, note)
+}
+
+// hold parks inst without a letter of its own: an event of its stream
+// waits in the dead-letter store (summary names it), and so does the
+// instance until that stream is retried or discarded.
+func (w *writer) hold(ctx context.Context, tx pgx.Tx, inst *instanceRow, summary inputSummary, note string) error {
+	if _, err := tx.Exec(ctx, `UPDATE process_instances SET parked = true, updated_at = $4 WHERE tenant_id = $1 AND process = $2 AND instance = $3`,
+		inst.tenant, w.name, inst.instance, w.now()); err != nil {
+		return fmt.Errorf("park instance %s/%s of %s: %w", inst.tenant, inst.instance, w.name, err)
+	}
+	inst.parked = true
 	return w.record(ctx, tx, inst, histParked, summary, note)
 }
 

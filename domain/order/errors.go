@@ -13,6 +13,7 @@ var (
 	ErrAlreadyExists      = fmt.Errorf("%w: order already exists", domain.ErrRejected)
 	ErrNotEditable        = fmt.Errorf("%w: order is not editable after it was placed or cancelled", domain.ErrRejected)
 	ErrQuantityOutOfRange = fmt.Errorf("%w: quantity must be between %d and %d", domain.ErrRejected, MinQuantity, MaxQuantity)
+	ErrTooManyLines       = fmt.Errorf("%w: an order may hold at most %d lines (distinct products)", domain.ErrRejected, MaxLines)
 	ErrCurrencyMismatch   = fmt.Errorf("%w: amounts must all be in the order currency", domain.ErrRejected)
 	ErrPriceMismatch      = fmt.Errorf("%w: unit price differs from the price already on the order", domain.ErrRejected)
 	ErrAmountOverflow     = fmt.Errorf("%w: amount is too large", domain.ErrRejected)

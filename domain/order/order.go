@@ -14,10 +14,15 @@ import (
 
 // Limits enforced by the aggregate.
 const (
-	MinQuantity            = 1
-	MaxQuantity            = 10000 // per line, summed over repeated adds
-	MaxPaymentReferenceLen = 128   // characters (runes)
-	MaxReasonLen           = 512   // characters (runes)
+	MinQuantity = 1
+	MaxQuantity = 10000 // per line, summed over repeated adds
+	// MaxLines bounds the distinct products one order holds. Each line is
+	// a reservation (and a commit or a release) the fulfilment process
+	// issues: an order of 600 lines kept the process busy for every
+	// tenant (issue 29), and no shop needs more on one order.
+	MaxLines               = 100
+	MaxPaymentReferenceLen = 128 // characters (runes)
+	MaxReasonLen           = 512 // characters (runes)
 )
 
 // Status is where an order is in its life cycle. The string values are
@@ -220,6 +225,9 @@ func (o *Order) AddLine(productID string, quantity int64, unitPrice Money, at ti
 		}
 		lines[i].Quantity += quantity
 	} else {
+		if len(lines) >= MaxLines {
+			return nil, ErrTooManyLines
+		}
 		lines = append(lines, Line{ProductID: productID, Quantity: quantity, UnitPrice: unitPrice})
 	}
 	after := Order{Currency: o.Currency, Lines: lines}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,16 @@ func paid(ref string, amount int64) Paid {
 func cancelled(reason string) Cancelled { return Cancelled{OrderID: oid, Reason: reason, At: t4} }
 
 func events(es ...event.Payload) []event.Payload { return es }
+
+// withLines is a draft holding n lines of distinct products p-0, p-1, ...
+// at 1 EUR each.
+func withLines(n int) []event.Payload {
+	h := events(created())
+	for i := range n {
+		h = append(h, added("p-"+strconv.Itoa(i), 1, 1))
+	}
+	return h
+}
 
 // Common histories.
 var (
@@ -266,6 +277,22 @@ func TestAddLine(t *testing.T) {
 			name: "rejects a zero time", given: draft,
 			when:    func(o *Order) ([]event.Payload, error) { return o.AddLine("p-1", 1, eur(1), time.Time{}) },
 			wantErr: ErrTimeRequired, wantKind: domain.ErrInvalid,
+		},
+		{
+			name: "adds the last line an order may hold", given: withLines(MaxLines - 1),
+			when: add("p-last", 1, eur(1)), then: events(added("p-last", 1, 1)),
+		},
+		{
+			name: "re-adding a product to a full order grows its line", given: withLines(MaxLines),
+			when: add("p-0", 1, eur(1)), then: events(added("p-0", 1, 1)),
+		},
+		{
+			name: "rejects a line past the lines an order may hold", given: withLines(MaxLines),
+			when: add("p-more", 1, eur(1)), wantErr: ErrTooManyLines, wantKind: domain.ErrRejected,
+		},
+		{
+			name: "a removed line frees its place", given: append(withLines(MaxLines), removed("p-0")),
+			when: add("p-more", 1, eur(1)), then: events(added("p-more", 1, 1)),
 		},
 		{name: "rejects a missing order", when: add("p-1", 1, eur(150)), wantErr: ErrOrderNotFound, wantKind: domain.ErrNotFound},
 		{name: "rejects editing a placed order", given: placedOrder, when: add("p-2", 1, eur(150)), wantErr: ErrNotEditable, wantKind: domain.ErrRejected},
