@@ -229,6 +229,10 @@ type Receipt struct {
 	Barrier     BarrierState    `json:"barrier"`
 	Quiesce     QuiesceState    `json:"quiesce"`
 	Stores      []ReceiptStore  `json:"stores"`
+	// Kept are the tables that name the tenant and are kept by their
+	// declaration, with the reason (absent from receipts written before
+	// the declarations, whose hashes stay the same).
+	Kept []KeptTable `json:"kept,omitempty"`
 	// ContentHash is the SHA-256 (hex) of the receipt's JSON encoding
 	// (encoding/json of this struct: fields in this order, no whitespace)
 	// with ContentHash empty.
@@ -274,7 +278,7 @@ func (r Receipt) Counts() map[string]int64 {
 func (e *Eraser) receipt(ctx context.Context, w *Erasure) error {
 	finished := nowUTC()
 	r := Receipt{ReceiptID: w.ReceiptID, Tenant: w.Tenant, Reason: w.Reason, RequestedBy: w.RequestedBy,
-		StartedAt: w.StartedAt.UTC(), FinishedAt: finished, Barrier: w.Barrier, Quiesce: w.Quiesce}
+		StartedAt: w.StartedAt.UTC(), FinishedAt: finished, Barrier: w.Barrier, Quiesce: w.Quiesce, Kept: e.kept()}
 	for _, s := range w.Stores {
 		if s.State != StateDone || s.After == nil || s.VerifiedAt == nil {
 			return fmt.Errorf("%w: %s is %s", ErrUnknownStores, s.Name, s.State)
