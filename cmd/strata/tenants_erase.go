@@ -17,9 +17,10 @@ import (
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/internal/tenancy"
 	"github.com/strata-es/strata/internal/tenancy/platformapi"
-	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/internal/tenancy/portability"
 )
 
 // `strata tenants erase T --reason "..."` and `strata tenants status T`:
@@ -224,9 +225,14 @@ func newEraser(e env, pool *pgxpool.Pool, store *tenancy.Store, logger *slog.Log
 		// The inventory: every table the engine's and the modules' lines
 		// declare (docs/tenants.md, "Erasure").
 		Lines: modules.All().Lines(),
+		// Every runner kind, whatever its lease family: projections,
+		// rebuilds, process managers, the relay (issue 29: judged by the
+		// projections' family alone, the erasure went past a relay that
+		// still held the tenant's events).
 		RunnerLiveFunc: func(ctx context.Context, name string) (bool, error) {
-			return projections.LeaseHeld(ctx, pool, name)
-		}}
+			return pgsession.CheckpointLive(ctx, pool, name)
+		},
+		ExportStaleAfter: portability.StaleAfter}
 	closeAll := func() {}
 	mode, natsURL, topic, err := relaySettings(e)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,5 +167,89 @@ func TestEraseRefusesAnUnclassifiedTable(t *testing.T) {
 	var left int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.stray_rows`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("stray_rows left: %d %v", left, err)
+	}
+}
+
+// TestEraseWaitsForExportsImportsAndMoves (issue 29, finding 3): the
+// quiescence waits for the other work that can still write the tenant's
+// data: an open move (its timeout destroys nothing and names it), a
+// running export (an abandoned one, its heartbeat stale, is not waited
+// for), an import holding the tenant's import lock. Each released in turn,
+// the erasure finishes, and the jobs' rows are erased.
+func TestEraseWaitsForExportsImportsAndMoves(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tenancy.StoreConfig{})
+	seed(t, b)
+	ctx := context.Background()
+	conn := adminConn(t, b)
+	exec(t, conn, `INSERT INTO strata.placements (name, url) VALUES ('second', 'postgres://elsewhere/strata')`)
+	exec(t, conn, `INSERT INTO strata.tenant_moves (tenant, source, target, requested_by) VALUES ('acme', 'pool', 'second', 'cli:test')`)
+	w, err := newEraser(t, b, tenancy.EraserConfig{QuiesceTimeout: 300 * time.Millisecond}).Erase(ctx, b.actor, "acme", "busy test")
+	if !errors.Is(err, tenancy.ErrQuiesceTimeout) || !strings.Contains(err.Error(), "(copying)") || w.NextStep() != tenancy.StepQuiesce {
+		t.Fatalf("erase with a move copying the tenant: %v, next %s", err, w.NextStep())
+	}
+	if n := tenantRows(t, conn, "acme")["events"]; n != 25 {
+		t.Fatalf("events after the quiescence's timeout: %d, want 25", n)
+	}
+	exec(t, conn, `UPDATE strata.tenant_moves SET phase = 'rolled_back', finished_at = now() WHERE tenant = 'acme'`)
+
+	var running, stale string
+	if err := conn.QueryRow(ctx, `INSERT INTO strata.tenant_exports (id, tenant, requested_by) VALUES (gen_random_uuid(), 'acme', 'cli:test') RETURNING id::text`).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `INSERT INTO strata.tenant_exports (id, tenant, requested_by, heartbeat_at) VALUES (gen_random_uuid(), 'acme', 'cli:test', now() - interval '1 hour')
+		RETURNING id::text`).Scan(&stale); err != nil {
+		t.Fatal(err)
+	}
+	importer := adminConn(t, b)
+	exec(t, importer, `SELECT pg_advisory_lock($1, hashtext('acme'))`, db.ImportLockClass)
+	var mu sync.Mutex
+	var last string
+	e := newEraser(t, b, tenancy.EraserConfig{QuiesceTimeout: time.Minute, ProgressFunc: func(p tenancy.Progress) {
+		if p.Step == tenancy.StepQuiesce {
+			mu.Lock()
+			last = p.Message
+			mu.Unlock()
+		}
+	}})
+	waitingFor := func(want, not string) {
+		t.Helper()
+		waitFor(t, 10*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Contains(last, want) && (not == "" || !strings.Contains(last, not))
+		})
+	}
+	result := make(chan error, 1)
+	go func() {
+		w, err = e.Erase(ctx, b.actor, "acme", "busy test")
+		result <- err
+	}()
+	waitingFor("export "+running, "")
+	mu.Lock()
+	if !strings.Contains(last, "import (session") || strings.Contains(last, stale) {
+		t.Errorf("quiescence waiting for %q: want the running export and the import, not the stale export %s", last, stale)
+	}
+	mu.Unlock()
+	exec(t, conn, `UPDATE strata.tenant_exports SET status = 'done', manifest = '{}', finished_at = now() WHERE id = $1`, running)
+	waitingFor("import (session", "export")
+	select {
+	case err := <-result:
+		t.Fatalf("the erasure went on with an import of the tenant in progress: %v", err)
+	default:
+	}
+	if n := tenantRows(t, conn, "acme")["events"]; n != 25 {
+		t.Fatalf("events while the quiescence waits: %d, want 25", n)
+	}
+	exec(t, importer, `SELECT pg_advisory_unlock($1, hashtext('acme'))`, db.ImportLockClass)
+	if err := <-result; err != nil {
+		t.Fatalf("erase: %v", err)
+	}
+	if len(w.Receipt.Quiesce.Busy) != 0 || w.Receipt.Counts()["table:tenant_exports"] != 2 {
+		t.Fatalf("receipt: quiescence %+v, exports before %d (want 2)", w.Receipt.Quiesce, w.Receipt.Counts()["table:tenant_exports"])
+	}
+	var left int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.tenant_exports WHERE tenant = 'acme'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("acme's export jobs left: %d %v", left, err)
 	}
 }
