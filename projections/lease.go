@@ -20,8 +20,9 @@ import (
 // batches on that same session, so it cannot go on writing after losing
 // the lease. pg_locks shows the lock as classid = leaseClass, objid =
 // key(name), objsubid = 2, which is how Monitor tells whether some process
-// runs a projection.
-const leaseClass int32 = 0x53545250 // "STRP"
+// runs a projection. The family is declared in pgsession among every
+// runner's (pgsession.RunnerLeases), which a tenant's erasure waits for.
+const leaseClass = pgsession.ProjectionLeaseClass // "STRP"
 
 // pauseClass is the class of the pause lock: a session advisory lock
 // (pauseClass, key(name)) held by a tool (`strata replay`, the admin API)
@@ -34,7 +35,7 @@ const leaseClass int32 = 0x53545250 // "STRP"
 const pauseClass int32 = 0x53545251 // "STRQ"
 
 // lease is the family of the runners' leases.
-var lease = pgsession.Lease{Class: leaseClass, Namespace: "strata-projection"}
+var lease = pgsession.ProjectionLease
 
 // leaseKey maps a projection name onto the lock's second key.
 func leaseKey(name string) int32 { return lease.Key(name) }

@@ -25,42 +25,18 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// globalTables hold no tenant's data and so have no tenant_id. A new table
-// without tenant_id must be added here deliberately. The watermill-sql
-// tables of the relay (migration 003) are the exception that holds tenant
-// data: a cross-tenant copy of the log granted to the projector role only,
-// like the log itself (the tenant is in each message's metadata).
-var globalTables = []string{"schema_migrations", "projection_checkpoints", "projection_ledger_since", "watermill_strata_events", "watermill_offsets_strata_events",
-	// The tenant directory (migration 008) is the control plane: every
-	// serving process reads every tenant's status and quotas (a column
-	// grant, not RLS, confines it); only the owner writes; see docs/tenants.md.
-	"tenants", "tenant_audit", "engine_settings",
-	// Export jobs of the platform API (migration 010) are control plane
-	// too: owner-only, no grant to a serving role; they name the tenant in
-	// `tenant` as tenant_audit does (docs/tenants.md, "Export and import").
-	"tenant_exports", "tenant_export_chunks",
-	// Tiers (migration 011): named default quotas, read by every serving
-	// process like the directory; no tenant's data; only the owner writes.
-	"tenant_tiers",
-	// The erasure's bookkeeping (migration 009): the serving processes'
-	// directory membership (host, pid, heartbeats: strata's own processes,
-	// no tenant's data) and the erasure workflows and receipts, which must
-	// outlive the tenant's data (owner only).
-	"tenant_directory_members", "tenant_erasures",
-	// The placements (migration 013): the databases tenants are placed in,
-	// with their owner URLs; owner only, no grant to a serving role.
-	"placements",
-	// Tenant moves (migration 014): the per-tenant write freeze a move puts
-	// on its source (read by the log's trigger: the tenant's name, no data)
-	// and the moves' bookkeeping in the control plane (owner only).
-	"tenant_write_freezes", "tenant_moves",
-	// Tenants arriving by a move (migration 015): the tenant's name and the
-	// position through which its events are copies, read by the process
-	// runners.
-	"tenant_arrivals",
-	// The log's end before a purge deleted its newest events (migration
-	// 014): one row, no tenant's data.
-	"log_watermark"}
+// classification is every table the engine's line and the example
+// modules' lines declare (db.Classify): the one source of which tables are
+// tenant-scoped, tenant-referencing (and how an erasure deals with them)
+// or global (and why). It replaced a list of global tables kept here.
+func classification(t *testing.T) *db.Classification {
+	t.Helper()
+	c, err := db.Classify(modules.All().Lines()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // crossTenantPolicies are the policies allowed not to filter by tenant:
 // the projector's read of the whole log (read-only, projector only).
@@ -71,13 +47,25 @@ var crossTenantPolicies = map[string]struct{ table, cmd, role string }{
 // tenantExpr is the only tenant condition a policy may use.
 var tenantExpr = regexp.MustCompile(`^\(tenant_id = current_setting\('app\.tenant_id'::text, true\)\)$`)
 
-// catalogProblems inspects schema in pg_catalog and lists every breach of
-// ARCHITECTURE decision 3, for every table that has a tenant_id column
-// (so tables added later are covered without touching this test), plus
-// the rules on ownership, roles, functions and views.
-func catalogProblems(ctx context.Context, conn *pgx.Conn, schema string) ([]string, error) {
+// catalogProblems inspects schema in pg_catalog and lists every table in
+// no classification of cls or contradicting its declaration (ARCHITECTURE
+// decision 13), every breach of decision 3 for every table that has a
+// tenant_id column (so tables added later are covered without touching
+// this test), plus the rules on ownership, roles, functions and views.
+func catalogProblems(ctx context.Context, conn *pgx.Conn, schema string, cls *db.Classification) ([]string, error) {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	rep, err := cls.Inspect(ctx, conn, schema)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range rep.Unclassified {
+		add("%s is in no classification: declare it with its migration line (tenant-scoped, tenant-referencing with its erase mode, or global with the reason)", name)
+	}
+	for _, m := range rep.Mismatched {
+		add("%s", m)
+	}
 
 	type table struct {
 		oid                     uint32
@@ -111,10 +99,7 @@ ORDER BY c.relname`, schema)
 	}
 	for _, t := range tables {
 		if t.tenantAttnum == 0 {
-			if !slices.Contains(globalTables, t.name) {
-				add("%s has no tenant_id column and is not a known global table", t.name)
-			}
-			continue
+			continue // classified above: a tenant-scoped one without tenant_id is a mismatch
 		}
 		if !t.tenantNotNull {
 			add("%s.tenant_id is nullable", t.name)
@@ -289,10 +274,16 @@ JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind
 	return problems, nil
 }
 
-// TestCatalogEnforcesTenancy fails when any strata table holding tenant_id
-// lacks FORCE'd row-level security, a tenant policy with USING and WITH
-// CHECK, or has a unique key without tenant_id; or when the application
-// roles could bypass row-level security some other way.
+// TestCatalogEnforcesTenancy, on the schema of the engine's line and every
+// example module's line, fails when a table is in no classification or
+// contradicts its declaration (a tenant-scoped table without tenant_id, a
+// tenant_id in a table declared otherwise), when a declared table is not
+// in the schema, when any strata table holding tenant_id lacks FORCE'd
+// row-level security, a tenant policy with USING and WITH CHECK, or has a
+// unique key without tenant_id; or when the application roles could
+// bypass row-level security some other way. An invalid declaration (a
+// tenant-referencing table without an erase mode, a global one without its
+// reason) fails db.Classify first.
 func TestCatalogEnforcesTenancy(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -302,12 +293,20 @@ func TestCatalogEnforcesTenancy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	problems, err := catalogProblems(ctx, conn, db.Schema)
+	cls := classification(t)
+	problems, err := catalogProblems(ctx, conn, db.Schema, cls)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
 		t.Error(p)
+	}
+	rep, err := cls.Inspect(ctx, conn, db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range rep.Absent {
+		t.Errorf("table %s is declared by line %s but not in the migrated schema", name, cls.Line(name))
 	}
 	var tenantTables int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
@@ -328,6 +327,9 @@ JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'strata' AND c.r
 			}
 			if !hasTenant {
 				t.Errorf("projection %s writes table %s, which is not a tenant table of the schema", p.Name(), table)
+			}
+			if d, ok := cls.Lookup(table); !ok || d.Class != db.ClassTenantScoped {
+				t.Errorf("projection %s writes table %s, which its module's line does not declare tenant-scoped (%+v)", p.Name(), table, d)
 			}
 		}
 	}
@@ -375,6 +377,10 @@ func TestCatalogCheckCatchesBreaches(t *testing.T) {
 		`CREATE POLICY truncatable_p ON probe.truncatable TO strata_projector ` + pol,
 		`GRANT TRUNCATE ON probe.truncatable TO strata_projector`,
 		`CREATE TABLE probe.no_tenant (k text)`,
+		`CREATE TABLE probe.scoped_no_tenant (k text)`,
+		`CREATE TABLE probe.global_with_tenant (` + ok + `)`,
+		`ALTER TABLE probe.global_with_tenant ENABLE ROW LEVEL SECURITY`, `ALTER TABLE probe.global_with_tenant FORCE ROW LEVEL SECURITY`,
+		`CREATE POLICY global_with_tenant_p ON probe.global_with_tenant TO strata_projector ` + pol,
 		`CREATE TABLE probe.app_owned (` + ok + `)`,
 		`ALTER TABLE probe.app_owned OWNER TO strata_app`,
 		`CREATE FUNCTION probe.definer() RETURNS int LANGUAGE sql SECURITY DEFINER AS 'SELECT 1'`,
@@ -385,7 +391,17 @@ func TestCatalogCheckCatchesBreaches(t *testing.T) {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	problems, err := catalogProblems(ctx, conn, "probe")
+	// The probe's line declares every table but no_tenant; two of them
+	// against what the schema has.
+	probe := db.Line{Name: "probe", Tables: []db.Table{db.TenantTable("scoped_no_tenant"), db.GlobalTable("global_with_tenant", "a probe")}}
+	for _, name := range []string{"good", "no_rls", "no_force", "using_only", "loose", "oracle", "nullable", "public_policy", "truncatable", "app_owned"} {
+		probe.Tables = append(probe.Tables, db.TenantTable(name))
+	}
+	cls, err := db.Classify(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := catalogProblems(ctx, conn, "probe", cls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +409,8 @@ func TestCatalogCheckCatchesBreaches(t *testing.T) {
 	for _, want := range []string{"no_rls: row-level security is not enabled", "no_force: row-level security is not FORCE'd",
 		"using_only has no policy with both USING", "loose: policy loose_p USING", "loose: policy loose_p WITH CHECK",
 		"oracle: unique index oracle_k", "nullable.tenant_id is nullable", "public_policy: policy public_policy_p applies to role public",
-		"truncatable: strata_projector may TRUNCATE", "no_tenant has no tenant_id column", "app_owned is owned by strata_app",
+		"truncatable: strata_projector may TRUNCATE", "no_tenant is in no classification", "app_owned is owned by strata_app",
+		"scoped_no_tenant is declared tenant-scoped but has no tenant_id column", "global_with_tenant has a tenant_id column but is declared global",
 		"function definer is SECURITY DEFINER", "view owner_view is not security_invoker"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no problem reported like %q; got:\n%s", want, all)

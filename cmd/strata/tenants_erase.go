@@ -14,11 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
+	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/internal/tenancy"
 	"github.com/strata-es/strata/internal/tenancy/platformapi"
-	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/internal/tenancy/portability"
 )
 
 // `strata tenants erase T --reason "..."` and `strata tenants status T`:
@@ -203,9 +205,10 @@ func (p *eraseProgress) finish() {
 	}
 }
 
-// newEraser builds the workflow from the environment: the membership
-// lease (STRATA_TENANT_DIRECTORY_LEASE), the runners' leases (quiescence
-// waits for the runners that run somewhere), and the external stores the
+// newEraser builds the workflow from the environment: the modules' table
+// declarations (the inventory), the membership lease
+// (STRATA_TENANT_DIRECTORY_LEASE), the runners' leases (quiescence waits
+// for the runners that run somewhere), and the external stores the
 // installation configures: the relay's NATS JetStream subjects
 // (STRATA_RELAY_URL, STRATA_RELAY_TOPIC) and an EventStoreDB log
 // (STRATA_EVENT_STORE).
@@ -219,9 +222,17 @@ func newEraser(e env, pool *pgxpool.Pool, store *tenancy.Store, logger *slog.Log
 	}
 	cfg := tenancy.EraserConfig{Pool: pool, Store: store, Lease: lease, BarrierTimeout: f.barrierTimeout, QuiesceTimeout: f.quiesceTimeout,
 		ProgressFunc: progress,
+		// The inventory: every table the engine's and the modules' lines
+		// declare (docs/tenants.md, "Erasure").
+		Lines: modules.All().Lines(),
+		// Every runner kind, whatever its lease family: projections,
+		// rebuilds, process managers, the relay (issue 29: judged by the
+		// projections' family alone, the erasure went past a relay that
+		// still held the tenant's events).
 		RunnerLiveFunc: func(ctx context.Context, name string) (bool, error) {
-			return projections.LeaseHeld(ctx, pool, name)
-		}}
+			return pgsession.CheckpointLive(ctx, pool, name)
+		},
+		ExportStaleAfter: portability.StaleAfter}
 	closeAll := func() {}
 	mode, natsURL, topic, err := relaySettings(e)
 	if err != nil {

@@ -41,17 +41,26 @@ type Line struct {
 	// without running when the other line's migration is applied with the
 	// named checksum: the database already has exactly these tables.
 	Adopts []Adoption
+	// Tables declares every table the line's migrations create, each in
+	// its class (tables.go): the erasure's inventory and the catalog test
+	// read them, so a line's table is never in no classification.
+	Tables []Table
 }
 
 // EmbeddedLine returns the line name whose files are in dir of fsys (a
-// module's //go:embed migrations/*.sql, dir "migrations"). It panics on a
-// missing dir: lines are embedded at build time.
-func EmbeddedLine(name string, fsys fs.FS, dir string, adopts ...Adoption) Line {
+// module's //go:embed migrations/*.sql, dir "migrations"), with its
+// adoptions and the declarations of its tables (Declare, TenantTables). It
+// panics on a missing dir: lines are embedded at build time.
+func EmbeddedLine(name string, fsys fs.FS, dir string, opts ...LineOption) Line {
 	sub, err := fs.Sub(fsys, dir)
 	if err != nil {
 		panic(fmt.Sprintf("db: migration line %s: %v", name, err))
 	}
-	return Line{Name: name, FS: sub, Adopts: adopts}
+	l := Line{Name: name, FS: sub}
+	for _, o := range opts {
+		o.applyLine(&l)
+	}
+	return l
 }
 
 // Adoption: Version of the adopting line is what FromLine's FromVersion
@@ -97,7 +106,9 @@ var superseded = map[int][]string{2: {legacyReadSide}}
 const LegacyReadSideChecksum = legacyReadSide
 
 // Engine is the engine's migration line.
-func Engine() Line { return EmbeddedLine(EngineLineName, migrationFiles, "migrations") }
+func Engine() Line {
+	return EmbeddedLine(EngineLineName, migrationFiles, "migrations", Declare(engineTables()...))
+}
 
 // Migrations returns the line's migrations in version order. It panics on
 // a malformed line: lines are embedded at build time, and the tests of

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/failpoint"
 )
 
@@ -24,25 +25,33 @@ import (
 //  1. suppress: status erasing (audited), then the acknowledgement barrier
 //     (member.go): every live serving process has applied it and finished
 //     the tenant's requests it had admitted;
-//  2. quiesce: appends that were in progress have ended (the log refuses
-//     the tenant's events from the moment erasing committed: migration
-//     009's trigger), and every live runner (projections, process
-//     managers, the relay) has passed the tenant's last event;
+//  2. quiesce: no export of the tenant is running, no import of it holds
+//     its lock, no move of it is open; appends that were in progress have
+//     ended (the log refuses the tenant's events from the moment erasing
+//     committed: migration 009's trigger); and every live runner, whatever
+//     its kind and lease (projections, rebuilds, process managers, the
+//     relay: RunnerLiveFunc), has passed the tenant's last event;
 //  3. inventory: every store that holds the tenant's data, with its mode
 //     and its count before, taken once and kept (a rerun reports the same
-//     counts): the catalog's tenant tables, the relay's watermill-sql
-//     table, tenant_audit, and the external stores (the broker's subjects,
-//     an EventStoreDB);
+//     counts): the tables every migration line declares tenant-scoped or
+//     tenant-referencing (db.Classify: the log, read models, export
+//     archives, the relay's watermill-sql copy, moves' bookkeeping…, and
+//     the rebuilds' shadow tables), the external stores (the broker's
+//     subjects, an EventStoreDB), tenant_audit;
 //  4. erase: each store in its mode, in batches, its count after taken as
 //     the verification; a store left with rows is unknown;
-//  5. verify: the catalog again (a table created since is included), every
+//  5. verify: the schema again (a table created since is included), every
 //     store recounted; unknown blocks completion;
-//  6. receipt: written, with its content hash; the tenant's row becomes an
-//     erased tombstone.
+//  6. receipt: written, with its content hash and the tables kept by
+//     declaration (the erasure's own record, the directory's tombstone);
+//     the tenant's row becomes an erased tombstone.
 //
-// A step that fails stops the workflow with the error recorded; running
-// Erase again resumes at the first step not done. Nothing is destroyed
-// before step 4.
+// Every run first compares the schema with the declarations: a table in no
+// classification stops it before the first step it would run (and again
+// before steps 4 and 5), so an erasure never claims a store it does not
+// know. A step that fails stops the workflow with the error recorded;
+// running Erase again resumes at the first step not done. Nothing is
+// destroyed before step 4.
 
 // Erasure steps, in order.
 const (
@@ -69,6 +78,9 @@ var (
 	ErrBarrierTimeout = errors.New("the acknowledgement barrier timed out: some serving process has not acknowledged the erasing status; nothing was destroyed, run the erasure again")
 	ErrQuiesceTimeout = errors.New("quiescence timed out: some runner has not passed the tenant's last event; nothing was destroyed, run the erasure again")
 	ErrUnknownStores  = errors.New("some stores are unknown after erasure: the erasure is not complete, run it again")
+	// ErrUnclassified: the schema has a table no migration line declares
+	// (db.ErrUnclassified); the erasure does not start destroying.
+	ErrUnclassified = db.ErrUnclassified
 	// ErrErasureRunning: another process runs this tenant's erasure now.
 	ErrErasureRunning = errors.New("the erasure of this tenant is running in another process: follow it with `strata tenants status`")
 )
@@ -109,14 +121,24 @@ type EraserConfig struct {
 	// BatchSize is how many rows one delete transaction removes (default
 	// 2000): a big tenant does not hold one giant transaction.
 	BatchSize int
+	// Lines are the module migration lines the database is migrated with
+	// (the engine's is always included): their table declarations are the
+	// inventory (db.Classify).
+	Lines []db.Line
 	// External are the stores outside PostgreSQL.
 	External []ExternalStore
 	// RunnerLiveFunc reports whether a runner (a projection_checkpoints
-	// row) is running somewhere (holds its lease); nil: every checkpoint
-	// whose status is running or error counts as live. Quiescence waits
-	// only for live runners: a stopped one holds none of the tenant's
-	// events in memory, and finds none in the log once they are deleted.
+	// row) is running somewhere (holds its lease, whatever its lease
+	// family: cmd/strata passes pgsession.CheckpointLive); nil: every
+	// checkpoint whose status is running or error counts as live.
+	// Quiescence waits only for live runners: a stopped one holds none of
+	// the tenant's events in memory, and finds none in the log once they
+	// are deleted.
 	RunnerLiveFunc func(ctx context.Context, name string) (bool, error)
+	// ExportStaleAfter is how old a running export job's heartbeat may be
+	// before the job counts as abandoned rather than running (default 30s,
+	// portability.StaleAfter): quiescence waits for the running ones.
+	ExportStaleAfter time.Duration
 	// ProgressFunc, if set, is told of each step and each store's batches
 	// (the CLI's progress on stderr).
 	ProgressFunc func(p Progress)
@@ -141,13 +163,22 @@ type Progress struct {
 
 // Eraser runs erasure workflows.
 type Eraser struct {
-	cfg EraserConfig
+	cfg    EraserConfig
+	tables *db.Classification
 }
 
-// NewEraser returns an Eraser.
+// NewEraser returns an Eraser. It fails on an invalid table declaration
+// of cfg.Lines (db.Classify).
 func NewEraser(cfg EraserConfig) (*Eraser, error) {
 	if cfg.Pool == nil || cfg.Store == nil {
 		return nil, ErrNoOwner
+	}
+	tables, err := db.Classify(cfg.Lines...)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ExportStaleAfter <= 0 {
+		cfg.ExportStaleAfter = 30 * time.Second
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
@@ -164,7 +195,7 @@ func NewEraser(cfg EraserConfig) (*Eraser, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
-	return &Eraser{cfg: cfg}, nil
+	return &Eraser{cfg: cfg, tables: tables}, nil
 }
 
 // Erasure is a tenant's workflow row, as `strata tenants status` and GET
@@ -216,7 +247,10 @@ type QuiesceState struct {
 	OpenXacts       int      `json:"open_transactions"`
 	RunnersWaitedOn []string `json:"runners_waited_on"`
 	Lagging         []string `json:"lagging,omitempty"`
-	WaitedMS        int64    `json:"waited_ms"`
+	// Busy is the other work on the tenant still going when the quiescence
+	// last looked: running exports, an import, an open move.
+	Busy     []string `json:"busy,omitempty"`
+	WaitedMS int64    `json:"waited_ms"`
 }
 
 // StoreState is one store of the inventory.
@@ -444,6 +478,9 @@ func (e *Eraser) start(ctx context.Context, a Actor, tenant domain.TenantID, rea
 }
 
 func (e *Eraser) run(ctx context.Context, w *Erasure) error {
+	if _, _, err := e.schema(ctx); err != nil {
+		return fmt.Errorf("erase %s: before step %s: %w", w.Tenant, w.NextStep(), err)
+	}
 	steps := []struct {
 		name string
 		fn   func(context.Context, *Erasure) error

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgsession"
 )
 
@@ -61,15 +62,45 @@ func (e *Eraser) barrier(ctx context.Context, w *Erasure) error {
 	return err
 }
 
-// quiesce waits until the appends in progress when it starts have ended
-// (one of them may hold events of the tenant from before it was erasing;
-// every later append of the tenant is refused by the log), then until
-// every live runner has passed the tenant's last event. Transactions
-// elsewhere (another database of the cluster, readers) are not waited for.
+// quiesce waits until no other work on the tenant is going (busy: a
+// running export, an import, an open move), then until the appends in
+// progress when it looks have ended (one of them may hold events of the
+// tenant from before it was erasing; every later append of the tenant is
+// refused by the log), then until every live runner, of whatever kind, has
+// passed the tenant's last event. Transactions elsewhere (another
+// database of the cluster, readers) are not waited for.
+//
+// The relay publishes a batch before it moves its checkpoint past it (or,
+// on watermill-sql, in the transaction that moves it): a relay checkpoint
+// past the tenant's last event means every event of the tenant is on the
+// broker, so the broker's store, erased after this step, is erased after
+// the last publication of the tenant. Hence the relay must be among the
+// runners waited for whenever it is live (RunnerLiveFunc knows every lease
+// family).
 func (e *Eraser) quiesce(ctx context.Context, w *Erasure) error {
 	start := time.Now()
 	deadline := start.Add(e.cfg.QuiesceTimeout)
 	q := QuiesceState{RunnersWaitedOn: []string{}}
+	for {
+		busy, err := e.busy(ctx, w.Tenant)
+		if err != nil {
+			return err
+		}
+		q.Busy = busy
+		if len(busy) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			q.WaitedMS = time.Since(start).Milliseconds()
+			w.Quiesce = q
+			_ = e.save(ctx, w, "")
+			return fmt.Errorf("%w: still going on the tenant: %s", ErrQuiesceTimeout, strings.Join(busy, ", "))
+		}
+		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: "waiting for " + strings.Join(busy, ", ")})
+		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
+			return ctx.Err()
+		}
+	}
 	// The transactions that have written into the log and are still open
 	// hold a RowExclusiveLock on it until they end (pg_locks, readable by
 	// every role): those open now, and only those, are waited for.
@@ -229,6 +260,10 @@ type Receipt struct {
 	Barrier     BarrierState    `json:"barrier"`
 	Quiesce     QuiesceState    `json:"quiesce"`
 	Stores      []ReceiptStore  `json:"stores"`
+	// Kept are the tables that name the tenant and are kept by their
+	// declaration, with the reason (absent from receipts written before
+	// the declarations, whose hashes stay the same).
+	Kept []KeptTable `json:"kept,omitempty"`
 	// ContentHash is the SHA-256 (hex) of the receipt's JSON encoding
 	// (encoding/json of this struct: fields in this order, no whitespace)
 	// with ContentHash empty.
@@ -274,7 +309,7 @@ func (r Receipt) Counts() map[string]int64 {
 func (e *Eraser) receipt(ctx context.Context, w *Erasure) error {
 	finished := nowUTC()
 	r := Receipt{ReceiptID: w.ReceiptID, Tenant: w.Tenant, Reason: w.Reason, RequestedBy: w.RequestedBy,
-		StartedAt: w.StartedAt.UTC(), FinishedAt: finished, Barrier: w.Barrier, Quiesce: w.Quiesce}
+		StartedAt: w.StartedAt.UTC(), FinishedAt: finished, Barrier: w.Barrier, Quiesce: w.Quiesce, Kept: e.kept()}
 	for _, s := range w.Stores {
 		if s.State != StateDone || s.After == nil || s.VerifiedAt == nil {
 			return fmt.Errorf("%w: %s is %s", ErrUnknownStores, s.Name, s.State)
@@ -292,4 +327,37 @@ func (e *Eraser) receipt(ctx context.Context, w *Erasure) error {
 		return fmt.Errorf("mark the tenant erased: %w", err)
 	}
 	return nil
+}
+
+// busy lists the work on the tenant, other than appends and runners, that
+// can still write or keep its data: export jobs running (a heartbeat
+// within ExportStaleAfter: an abandoned job writes nothing more), an
+// import (its session holds the advisory lock db.ImportLockClass keyed by
+// the tenant's hashtext, for as long as it writes), a move copying or
+// frozen (it copies the tenant to another placement).
+func (e *Eraser) busy(ctx context.Context, tenant domain.TenantID) ([]string, error) {
+	var out []string
+	err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+SELECT 'export ' || id::text FROM tenant_exports
+WHERE tenant = $1 AND status = 'running' AND heartbeat_at > now() - $2 * interval '1 millisecond'
+UNION ALL
+SELECT 'move ' || id::text || ' (' || phase || ')' FROM tenant_moves
+WHERE tenant = $1 AND phase IN ('copying', 'frozen')
+UNION ALL
+SELECT 'import (session ' || pid::text || ')' FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::bigint = $3
+  AND objid::bigint = hashtext($1)::bigint & 4294967295
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY 1`, tenant, e.cfg.ExportStaleAfter.Milliseconds(), int64(db.ImportLockClass))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find exports, imports and moves of the tenant: %w", err)
+	}
+	return out, nil
 }

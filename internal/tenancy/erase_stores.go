@@ -20,11 +20,19 @@ type StoreKind string
 
 // Store kinds.
 const (
-	KindTable     StoreKind = "table"     // a tenant table of the schema (tenant_id, row-level security), found from the catalog
-	KindWatermill StoreKind = "watermill" // the relay's watermill-sql copy of the log (the tenant in each row's metadata)
-	KindAudit     StoreKind = "audit"     // tenant_audit, the platform calls about the tenant
-	KindBroker    StoreKind = "broker"    // the relay's NATS JetStream subjects <topic>.<tenant>.>
-	KindESDB      StoreKind = "esdb"      // an EventStoreDB log: the tenant's streams
+	KindTable StoreKind = "table" // a tenant-scoped table (tenant_id, row-level security), declared with its migration line, or a rebuild's shadow of one
+	// KindReferencing: a table that names the tenant without a tenant_id
+	// column (an export's job and archive, the relay's watermill-sql copy
+	// of the log, a move's bookkeeping), erased by the SQL its migration
+	// line declares (db.TableErase).
+	KindReferencing StoreKind = "referencing"
+	// KindWatermill is what receipts written before the declarations call
+	// the relay's watermill-sql copy of the log, now a KindReferencing
+	// table; a workflow begun then and resumed now erases it as one.
+	KindWatermill StoreKind = "watermill"
+	KindAudit     StoreKind = "audit"  // tenant_audit, the platform calls about the tenant
+	KindBroker    StoreKind = "broker" // the relay's NATS JetStream subjects <topic>.<tenant>.>
+	KindESDB      StoreKind = "esdb"   // an EventStoreDB log: the tenant's streams
 )
 
 // Mode is how a store's data of the tenant is erased, as the receipt
@@ -59,8 +67,6 @@ func ModeFor(k StoreKind) Mode {
 	}
 }
 
-const watermillTable = "watermill_strata_events"
-
 // eraserTx runs fn as strata_eraser under the tenant: its policies let it
 // see and delete the tenant's rows and nobody else's.
 func (e *Eraser) eraserTx(ctx context.Context, tenant domain.TenantID, fn func(pgx.Tx) error) error {
@@ -81,9 +87,12 @@ func tableStore(table string, tenant domain.TenantID) StoreState {
 			db.Schema, pgx.Identifier{table}.Sanitize(), tenant, db.RoleEraser, tenant)}
 }
 
-func watermillStore(tenant domain.TenantID) StoreState {
-	return StoreState{Name: "table:" + watermillTable, Kind: KindWatermill, Mode: ModeFor(KindWatermill), State: StatePending,
-		Verification: fmt.Sprintf(`SELECT count(*) FROM %s."%s" WHERE metadata::jsonb->>'tenant' = '%s'`, db.Schema, watermillTable, tenant)}
+// referencingStore is a declared tenant-referencing table erased by its
+// declared SQL; its verification is the declared count with the tenant in
+// place of $1 (a tenant ID is [a-z0-9-]: nothing to escape).
+func referencingStore(t db.Table, tenant domain.TenantID) StoreState {
+	return StoreState{Name: "table:" + t.Name, Kind: KindReferencing, Mode: ModeFor(KindReferencing), State: StatePending,
+		Verification: strings.ReplaceAll(t.Erase.Count, "$1", "'"+string(tenant)+"'") + " -- as " + db.RoleOwner}
 }
 
 func auditStore(tenant domain.TenantID) StoreState {
@@ -91,15 +100,26 @@ func auditStore(tenant domain.TenantID) StoreState {
 		Verification: fmt.Sprintf(`SELECT count(*) FROM %s.tenant_audit WHERE tenant = '%s' OR subject LIKE '%%@%s'`, db.Schema, tenant, tenant)}
 }
 
-// tenantTables lists the catalog's tenant tables (granting the eraser on
-// any that lacks it), the log first, then process-manager state (so that
-// no deadline fires for the tenant while the rest goes), then the rest by
-// name.
-func (e *Eraser) tenantTables(ctx context.Context) ([]string, error) {
-	tables, err := db.EnsureEraserGrants(ctx, e.cfg.Pool)
-	if err != nil {
-		return nil, err
+// schema grants the eraser its policy on every table with a tenant_id
+// column (the catalog, as a safety net: a shadow table created since the
+// last migration is covered too), then compares the schema with the
+// declared classification: a table in no classification, or one the
+// schema contradicts, stops the workflow with ErrUnclassified, before it
+// destroys anything. It returns the tenant-scoped tables, the log first,
+// then process-manager state (so that no deadline fires for the tenant
+// while the rest goes), then the rest by name, and the report.
+func (e *Eraser) schema(ctx context.Context) ([]string, db.CatalogReport, error) {
+	if _, err := db.EnsureEraserGrants(ctx, e.cfg.Pool); err != nil {
+		return nil, db.CatalogReport{}, err
 	}
+	rep, err := e.tables.Inspect(ctx, e.cfg.Pool, db.Schema)
+	if err != nil {
+		return nil, rep, err
+	}
+	if err := rep.Err(); err != nil {
+		return nil, rep, fmt.Errorf("%w; nothing was destroyed by this step", err)
+	}
+	tables := slices.Clone(rep.TenantScoped)
 	rank := func(t string) int {
 		switch {
 		case t == "events":
@@ -115,7 +135,60 @@ func (e *Eraser) tenantTables(ctx context.Context) ([]string, error) {
 		}
 		return tables[i] < tables[j]
 	})
-	return tables, nil
+	return tables, rep, nil
+}
+
+// tableStores lists the stores of the schema's tables in the order they
+// are erased: the tenant-scoped tables, then the tenant-referencing tables
+// to delete from, in the order they are declared (the audit, anonymized,
+// comes last of all: see inventory).
+func (e *Eraser) tableStores(ctx context.Context, tenant domain.TenantID) ([]StoreState, error) {
+	tables, rep, err := e.schema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var stores []StoreState
+	for _, t := range tables {
+		stores = append(stores, tableStore(t, tenant))
+	}
+	for _, t := range e.tables.Tables() {
+		if t.Class != db.ClassTenantReferencing || t.Erase.Mode != db.EraseDelete || !slices.Contains(rep.Present, t.Name) {
+			continue
+		}
+		stores = append(stores, referencingStore(t, tenant))
+	}
+	return stores, nil
+}
+
+// declared returns the deletion a KindReferencing (or KindWatermill)
+// store's table declares.
+func (e *Eraser) declared(s StoreState) (db.TableErase, error) {
+	name := strings.TrimPrefix(s.Name, "table:")
+	t, ok := e.tables.Lookup(name)
+	if !ok || t.Class != db.ClassTenantReferencing || t.Erase.Mode != db.EraseDelete {
+		return db.TableErase{}, fmt.Errorf("store %s is in the inventory but its table is declared with no deletion in this process's migration lines", s.Name)
+	}
+	return t.Erase, nil
+}
+
+// kept lists the tenant-referencing tables the erasure keeps, with the
+// reason each declares: in the receipt.
+func (e *Eraser) kept() []KeptTable {
+	var out []KeptTable
+	for _, t := range e.tables.Tables() {
+		if t.Class == db.ClassTenantReferencing && t.Erase.Mode == db.EraseKeep {
+			out = append(out, KeptTable{Name: "table:" + t.Name, Reason: t.Reason})
+		}
+	}
+	return out
+}
+
+// KeptTable is a table that names the erased tenant and is kept, by its
+// declaration (db.EraseKeep): the erasure's own record, the directory's
+// tombstone.
+type KeptTable struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // count returns the store's count of the tenant's items now.
@@ -131,10 +204,13 @@ func (e *Eraser) count(ctx context.Context, w *Erasure, s StoreState, before boo
 			return 0, nil
 		}
 		return n, err
-	case KindWatermill:
-		err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{db.Schema, watermillTable}.Sanitize()+
-				` WHERE metadata::jsonb->>'tenant' = $1`, w.Tenant).Scan(&n)
+	case KindReferencing, KindWatermill:
+		d, err := e.declared(s)
+		if err != nil {
+			return 0, err
+		}
+		err = e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, d.Count, w.Tenant).Scan(&n)
 		})
 		return n, err
 	case KindAudit:
@@ -173,17 +249,15 @@ func (e *Eraser) external(name string) ExternalStore {
 	return nil
 }
 
-// inventory lists every store of the tenant with its count before.
+// inventory lists every store of the tenant with its count before: the
+// tables of the schema as their migration lines declare them, the
+// external stores, and the audit trail last (the erasure's own calls are
+// audited until the end).
 func (e *Eraser) inventory(ctx context.Context, w *Erasure) error {
-	tables, err := e.tenantTables(ctx)
+	stores, err := e.tableStores(ctx, w.Tenant)
 	if err != nil {
 		return err
 	}
-	var stores []StoreState
-	for _, t := range tables {
-		stores = append(stores, tableStore(t, w.Tenant))
-	}
-	stores = append(stores, watermillStore(w.Tenant))
 	for _, x := range e.cfg.External {
 		stores = append(stores, StoreState{Name: x.Name(), Kind: x.Kind(), Mode: ModeFor(x.Kind()), State: StatePending,
 			Verification: x.Verification(w.Tenant)})
@@ -200,25 +274,28 @@ func (e *Eraser) inventory(ctx context.Context, w *Erasure) error {
 	return nil
 }
 
+// isTable reports whether a store is a table of the schema (found by
+// tableStores), as opposed to an external store or the audit trail.
+func isTable(k StoreKind) bool { return k == KindTable || k == KindReferencing || k == KindWatermill }
+
 // addNewTables puts tables created since the inventory (a rebuild's shadow
-// tables, a module migrated meanwhile) into it, counted now.
+// tables, a module migrated meanwhile) into it, counted now; a table in no
+// classification stops the workflow (schema).
 func (e *Eraser) addNewTables(ctx context.Context, w *Erasure) error {
-	tables, err := e.tenantTables(ctx)
+	stores, err := e.tableStores(ctx, w.Tenant)
 	if err != nil {
 		return err
 	}
-	for _, t := range tables {
-		name := "table:" + t
-		if slices.ContainsFunc(w.Stores, func(s StoreState) bool { return s.Name == name }) {
+	for _, s := range stores {
+		if slices.ContainsFunc(w.Stores, func(x StoreState) bool { return x.Name == s.Name }) {
 			continue
 		}
-		s := tableStore(t, w.Tenant)
 		if s.Before, err = e.count(ctx, w, s, true); err != nil {
-			return fmt.Errorf("count %s: %w", name, err)
+			return fmt.Errorf("count %s: %w", s.Name, err)
 		}
 		s.Note = "created after the inventory"
-		// Before the watermill, external and audit stores, which follow the tables.
-		at := slices.IndexFunc(w.Stores, func(x StoreState) bool { return x.Kind != KindTable })
+		// Before the external and audit stores, which follow the tables.
+		at := slices.IndexFunc(w.Stores, func(x StoreState) bool { return !isTable(x.Kind) })
 		if at < 0 {
 			at = len(w.Stores)
 		}
@@ -263,13 +340,15 @@ func (e *Eraser) eraseStore(ctx context.Context, w *Erasure, i int) error {
 			}
 			report(n)
 		}
-	case KindWatermill:
-		table := pgx.Identifier{db.Schema, watermillTable}.Sanitize()
+	case KindReferencing, KindWatermill:
+		d, err := e.declared(*s)
+		if err != nil {
+			return err
+		}
 		for {
 			var n int64
-			err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
-				tag, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE ("transaction_id", "offset") IN (SELECT "transaction_id", "offset" FROM `+table+
-					` WHERE metadata::jsonb->>'tenant' = $1 LIMIT $2)`, w.Tenant, e.cfg.BatchSize)
+			err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, d.Delete, w.Tenant, e.cfg.BatchSize)
 				n = tag.RowsAffected()
 				return err
 			})

@@ -38,9 +38,19 @@ func exec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	}
 }
 
+// lateModule is the migration line of a module migrated after the engine,
+// whose table seed creates: it declares its table, as every line does
+// (db.Classify), and the erasure takes it from the declaration.
+var lateModule = db.Line{Name: "late_module", Tables: []db.Table{db.TenantTable("late_module_rows")}}
+
+// lateShadow is a rebuild's shadow table of late_module_rows for one
+// tenant's rebuild, made at run time (package replay): classified as its
+// live table, erased as one.
+const lateShadow = "late_module_rows__rebuild_0123456789ab"
+
 // seed provisions acme and beta and gives each rows in the log, the
-// idempotency records, the relay's watermill copy and a table created
-// after the migrations (a module's new table: covered without a list).
+// idempotency records, the relay's watermill copy, a module's table
+// created after the migrations (lateModule) and a rebuild's shadow of it.
 func seed(t *testing.T, b *testBundle) {
 	t.Helper()
 	ctx := context.Background()
@@ -57,6 +67,11 @@ func seed(t *testing.T, b *testBundle) {
 	exec(t, conn, `ALTER TABLE late_module_rows FORCE ROW LEVEL SECURITY`)
 	exec(t, conn, `CREATE POLICY late_module_rows_p ON late_module_rows TO strata_projector
 		USING (tenant_id = current_setting('app.tenant_id', true)) WITH CHECK (tenant_id = current_setting('app.tenant_id', true))`)
+	exec(t, conn, `CREATE TABLE `+lateShadow+` (LIKE late_module_rows INCLUDING ALL)`)
+	exec(t, conn, `ALTER TABLE `+lateShadow+` ENABLE ROW LEVEL SECURITY`)
+	exec(t, conn, `ALTER TABLE `+lateShadow+` FORCE ROW LEVEL SECURITY`)
+	exec(t, conn, `CREATE POLICY late_module_rows_p ON `+lateShadow+` TO strata_projector
+		USING (tenant_id = current_setting('app.tenant_id', true)) WITH CHECK (tenant_id = current_setting('app.tenant_id', true))`)
 	exec(t, conn, `RESET ROLE`)
 	for i, tn := range []string{"acme", "beta"} {
 		n := 25 + 10*i // acme 25, beta 35
@@ -66,6 +81,7 @@ func seed(t *testing.T, b *testBundle) {
 		exec(t, conn, `INSERT INTO watermill_strata_events (uuid, payload, metadata, transaction_id)
 			SELECT gen_random_uuid()::text, '{}'::json, json_build_object('tenant', $1::text), pg_current_xact_id() FROM generate_series(1, $2) g`, tn, n)
 		exec(t, conn, `INSERT INTO late_module_rows (tenant_id, k, v) SELECT $1, g, 'secret of ' || $1 FROM generate_series(1, 4500) g`, tn)
+		exec(t, conn, `INSERT INTO `+lateShadow+` (tenant_id, k, v) SELECT $1, g, 'secret of ' || $1 FROM generate_series(1, 30) g`, tn)
 	}
 }
 
@@ -122,6 +138,9 @@ func checksums(t *testing.T, conn *pgx.Conn, tenant string) map[string]string {
 func newEraser(t *testing.T, b *testBundle, cfg tenancy.EraserConfig) *tenancy.Eraser {
 	t.Helper()
 	cfg.Pool, cfg.Store = b.owner, b.store
+	if cfg.Lines == nil {
+		cfg.Lines = []db.Line{lateModule}
+	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 1000
 	}
@@ -141,7 +160,7 @@ func TestEraseLeavesNothingOfTheTenant(t *testing.T) {
 	// A member that stopped heartbeating long ago is gone, not waited for.
 	exec(t, conn, `INSERT INTO strata.tenant_directory_members (member_id, host, pid, heartbeat_at) VALUES ('dead', 'h', 1, now() - interval '1 hour')`)
 	before := tenantRows(t, conn, "acme")
-	if before["events"] != 25 || before["late_module_rows"] != 4500 || before["idempotency_keys"] != 7 || before["watermill_strata_events"] != 25 {
+	if before["events"] != 25 || before["late_module_rows"] != 4500 || before[lateShadow] != 30 || before["idempotency_keys"] != 7 || before["watermill_strata_events"] != 25 {
 		t.Fatalf("seeded %v", before)
 	}
 	betaBefore := checksums(t, conn, "beta")
@@ -673,11 +692,12 @@ func TestEraseUnknownStoreBlocksCompletion(t *testing.T) {
 func TestModeForEachStoreKind(t *testing.T) {
 	t.Parallel()
 	for kind, want := range map[tenancy.StoreKind]tenancy.Mode{
-		tenancy.KindTable:     tenancy.ModeHardDelete,
-		tenancy.KindWatermill: tenancy.ModeHardDelete,
-		tenancy.KindBroker:    tenancy.ModeHardDelete,
-		tenancy.KindAudit:     tenancy.ModeAnonymized,
-		tenancy.KindESDB:      tenancy.ModeBeyondUse,
+		tenancy.KindTable:       tenancy.ModeHardDelete,
+		tenancy.KindWatermill:   tenancy.ModeHardDelete,
+		tenancy.KindReferencing: tenancy.ModeHardDelete,
+		tenancy.KindBroker:      tenancy.ModeHardDelete,
+		tenancy.KindAudit:       tenancy.ModeAnonymized,
+		tenancy.KindESDB:        tenancy.ModeBeyondUse,
 	} {
 		if got := tenancy.ModeFor(kind); got != want {
 			t.Errorf("ModeFor(%s) = %s, want %s", kind, got, want)

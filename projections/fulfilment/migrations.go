@@ -9,5 +9,6 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations is the fulfilment module's migration line.
-var Migrations = db.EmbeddedLine("fulfilment", migrationFiles, "migrations")
+// Migrations is the fulfilment module's migration line and its one
+// tenant-scoped table.
+var Migrations = db.EmbeddedLine("fulfilment", migrationFiles, "migrations", db.TenantTables("order_fulfilment"))

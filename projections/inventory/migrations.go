@@ -9,5 +9,6 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations is the inventory module's migration line.
-var Migrations = db.EmbeddedLine("inventory", migrationFiles, "migrations")
+// Migrations is the inventory module's migration line and its one
+// tenant-scoped table.
+var Migrations = db.EmbeddedLine("inventory", migrationFiles, "migrations", db.TenantTables("inventory_items"))

@@ -10,7 +10,11 @@ import (
 var migrationFiles embed.FS
 
 // Migrations is the orders module's migration line: the tables of its
-// projections. Its first migration adopts the tables the engine's
-// 002_read_side created before modules existed.
+// projections, every one tenant-scoped (declared here, with the line, for
+// the erasure's inventory and the catalog test). Its first migration
+// adopts the tables the engine's 002_read_side created before modules
+// existed.
 var Migrations = db.EmbeddedLine("orders", migrationFiles, "migrations",
-	db.Adoption{Version: 1, FromLine: db.EngineLineName, FromVersion: 2, FromChecksum: db.LegacyReadSideChecksum})
+	db.Adoption{Version: 1, FromLine: db.EngineLineName, FromVersion: 2, FromChecksum: db.LegacyReadSideChecksum},
+	db.TenantTables("order_details", "order_detail_lines", "order_list", "customer_summaries", "customer_paid_totals",
+		"customer_orders", "daily_revenue"))

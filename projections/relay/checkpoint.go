@@ -77,8 +77,10 @@ WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text
 // pg_try_advisory_lock(leaseClass, key(name)), held by the session that
 // advances the checkpoint: losing the session loses the lease and the
 // ability to advance. The class differs from the projection runners' so
-// that the two key spaces never collide.
-const leaseClass int32 = 0x5354524C // "STRL"
+// that the two key spaces never collide; it is declared in pgsession among
+// every runner's (pgsession.RunnerLeases), so that a tenant's erasure
+// waits for the relay as for any runner (issue 29).
+const leaseClass = pgsession.RelayLeaseClass // "STRL"
 
 // lease is the family of the relays' leases.
-var lease = pgsession.Lease{Class: leaseClass, Namespace: "strata-relay"}
+var lease = pgsession.RelayLease
