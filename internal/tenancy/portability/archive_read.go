@@ -118,6 +118,14 @@ func (a *archiveReader) checkManifest() error {
 			return fmt.Errorf("%w: the manifest lists no %s", ErrBadArchive, need)
 		}
 	}
+	// The export section is only shown (--json prints it): text, no
+	// control characters, so that it cannot drive a terminal.
+	for what, v := range map[string]string{"source.database": m.Export.Source.Database, "source.placement": m.Export.Source.Placement,
+		"head": m.Export.Head, "tenant_status": m.Export.TenantStatus} {
+		if !utf8.ValidString(v) || len(v) > 200 || strings.IndexFunc(v, unicode.IsControl) >= 0 {
+			return fmt.Errorf("%w: the manifest's export.%s %q: want up to 200 bytes of text", ErrBadArchive, what, v)
+		}
+	}
 	names := make([]string, 0, len(m.Files))
 	for name := range m.Files {
 		names = append(names, name)

@@ -117,18 +117,19 @@ func (s *Service) Import(ctx context.Context, r io.Reader, o ImportOptions) (Imp
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("%w of %s (--timeout): %v", ErrTimeLimit, lim.Duration, err)
 		}
-		where := res.Tenant
-		if where == "" {
-			where = "the tenant"
+		op := "import"
+		if res.Tenant != "" {
+			op = "import into " + string(res.Tenant)
 		}
-		if res.Events > 0 && !res.Complete {
-			return res, fmt.Errorf("import into %s: %w; %d of the archive's %d events are committed, and %s is not served until the import completes: run the same import again to continue",
-				where, err, res.Events, res.Manifest.Files[EventsFile].Count, where)
+		switch {
+		case res.Events > 0 && !res.Complete:
+			return res, fmt.Errorf("%s: %w; %d of the archive's %d events are committed, and %s is not served until the import completes: run the same import again to continue",
+				op, err, res.Events, res.Manifest.Files[EventsFile].Count, res.Tenant)
+		case !res.Complete:
+			return res, fmt.Errorf("%s (nothing was written): %w", op, err)
+		default:
+			return res, fmt.Errorf("%s: %w", op, err)
 		}
-		if !res.Complete {
-			return res, fmt.Errorf("import into %s (nothing was written): %w", where, err)
-		}
-		return res, fmt.Errorf("import into %s: %w", where, err)
 	}
 	if o.Wait <= 0 {
 		return res, nil
@@ -209,6 +210,9 @@ ON CONFLICT (tenant) DO UPDATE SET source = EXCLUDED.source, through_tx = NULL, 
 	_, err = s.walk(ctx, f, lim, l)
 	res.Events, res.Idempotency = st.events+l.loaded, l.records
 	if err != nil {
+		if st.events == 0 && l.loaded == 0 && l.records == 0 {
+			s.forgetImport(tenant, p)
+		}
 		return err
 	}
 	if err := s.importEnd(ctx, tenant); err != nil {
@@ -227,6 +231,20 @@ ON CONFLICT (tenant) DO UPDATE SET source = EXCLUDED.source, through_tx = NULL, 
 	}
 	res.Complete = true
 	return nil
+}
+
+// forgetImport removes the arrival row of an import that failed before
+// writing anything: left there, it would make the process managers and
+// the relay pass over every event of a tenant provisioned later under the
+// same ID by other means. Best effort (the import has failed already; a
+// rerun finds the row and continues).
+func (s *Service) forgetImport(tenant domain.TenantID, p *plan) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.ownerTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM tenant_arrivals WHERE tenant = $1 AND source = $2 AND through_tx IS NULL`, tenant, importSource(p))
+		return err
+	})
 }
 
 // importEnd sets the tenant's arrival's end at its last event: events

@@ -136,7 +136,7 @@ func (s *Service) admit(ctx context.Context, tenant domain.TenantID, p *plan, st
 		return fmt.Errorf("%w: an import of another archive into %s is incomplete (%s, %d events loaded): run that import again to complete it",
 			ErrNotEmpty, tenant, st.source, st.events)
 	case st.prefix && st.events == n && st.known && ((st.ours && st.through) || (!st.ours && n > 0)):
-		return fmt.Errorf("%w: %s holds exactly this archive's %d events (from %s): it was imported before, nothing was written; to see whether its read models caught up: strata replay status",
+		return fmt.Errorf("%w: %s holds exactly this archive's %d events (from %s): it was imported before; to see whether its read models caught up: strata replay status",
 			ErrAlreadyImported, tenant, n, p.manifest.Tenant)
 	case st.prefix && st.events > n && n > 0:
 		return fmt.Errorf("%w: %s holds this archive's %d events and %d written since: it was imported before and has been used since; an archive is imported only into an empty tenant",

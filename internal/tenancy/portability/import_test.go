@@ -469,6 +469,17 @@ func TestImportIntoAKnownTenant(t *testing.T) {
 		t.Fatalf("into a suspended tenant: %+v %v", res, err)
 	}
 
+	// A load whose first batch fails (here: the tenant's writes are
+	// frozen) leaves no arrival row behind, which would make the runners
+	// pass over the events of a tenant provisioned later by other means.
+	if _, err := b.conn.Exec(b.ctx, `INSERT INTO strata.tenant_write_freezes (tenant, reason) VALUES ('phi', 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Import(b.ctx, bytes.NewReader(raw), ImportOptions{Tenant: "phi"}); err == nil || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("an import whose first batch fails: %v", err)
+	}
+	b.nothingWritten(t, "phi")
+
 	lines := make([]string, 2500)
 	for i := range lines {
 		lines[i] = created(i+1, fmt.Sprintf("o-%d", i+1))
