@@ -10,8 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,8 +28,18 @@ import (
 const tenantsPortabilityUsage = `Usage:
   strata tenants export T [--out FILE] [--catch-up 2m] [--json]   write T's archive (default FILE: T-<time>.strata.tar.gz; - for stdout)
   strata tenants import FILE [--tenant T] [--wait 2m] [--json]    load an archive into an empty tenant (provisioned if missing);
-                                                                   --wait: wait for the projections and compare the read models (0: don't)
+         [--max-archive 1GiB] [--max-unpacked 4GiB]               --wait: wait for the projections and compare the read models (0: don't)
+         [--max-event 256KiB] [--max-line 1MiB]                   the limits: archive size, unpacked size, one event, one line,
+         [--max-events 1000000] [--timeout 1h]                    events, and the import's duration; a stopped import resumes when rerun
+  exit 6: imported (committed, the tenant in the directory), but --wait did not verify the read models
 `
+
+// exitUnverified: an import committed every event and put the tenant in
+// the directory, but its --wait did not verify the read models (they did
+// not catch up in time, or differ). Running the import again does not
+// help (it is refused: already imported); see how the projections are
+// doing instead.
+const exitUnverified = 6
 
 // cmdTenantsPortability is `strata tenants export|import` (docs/tenants.md,
 // "Export and import").
@@ -38,6 +51,15 @@ func cmdTenantsPortability(ctx context.Context, sub string, args []string, e env
 	catchUp := fs.Duration("catch-up", 2*time.Minute, "how long an export waits for the projections to reach the tenant's last event")
 	into := fs.String("tenant", "", "tenant to import into (default: the archive's)")
 	wait := fs.Duration("wait", 2*time.Minute, "how long an import waits for the projections to catch up before comparing read models (0: return after the load)")
+	def := portability.DefaultImportLimits
+	maxArchive, maxUnpacked := byteSize(def.ArchiveBytes), byteSize(def.UnpackedBytes)
+	maxEvent, maxLine := byteSize(def.EventBytes), byteSize(def.LineBytes)
+	fs.Var(&maxArchive, "max-archive", "largest archive an import reads, as given (gzip'd): bytes or KiB/MiB/GiB")
+	fs.Var(&maxUnpacked, "max-unpacked", "largest tar stream the archive may unpack to (a gzip bomb's bound)")
+	fs.Var(&maxEvent, "max-event", "largest event (data and metadata) an import accepts")
+	fs.Var(&maxLine, "max-line", "longest line of any file of the archive")
+	maxEvents := fs.Int64("max-events", def.Events, "most events an import accepts")
+	timeout := fs.Duration("timeout", def.Duration, "longest an import may run (not counting --wait); a rerun continues after what it committed")
 	var pos []string
 	rest := args
 	for {
@@ -79,7 +101,12 @@ func cmdTenantsPortability(ctx context.Context, sub string, args []string, e env
 				return bad("--tenant must match [a-z0-9-]{1,63}")
 			}
 		}
-		return tenantsImport(ctx, svc, pos[0], t, *wait, *asJSON, stdout, stderr)
+		lim := portability.ImportLimits{ArchiveBytes: int64(maxArchive), UnpackedBytes: int64(maxUnpacked), EventBytes: int(maxEvent),
+			LineBytes: int(maxLine), Events: *maxEvents, Duration: *timeout}
+		if lim.ArchiveBytes <= 0 || lim.UnpackedBytes <= 0 || lim.EventBytes <= 0 || lim.LineBytes <= 0 || lim.Events <= 0 || lim.Duration <= 0 {
+			return bad("the import limits must be positive")
+		}
+		return tenantsImport(ctx, svc, pos[0], portability.ImportOptions{Tenant: t, Wait: *wait, Limits: lim}, *asJSON, stdout, stderr)
 	}
 }
 
@@ -122,35 +149,118 @@ func tenantsExport(ctx context.Context, svc *portability.Service, tenant domain.
 	return exitOK
 }
 
-func tenantsImport(ctx context.Context, svc *portability.Service, file string, tenant domain.TenantID, wait time.Duration, asJSON bool, stdout, stderr io.Writer) int {
+// tenantsImport runs an import and says what it did, honestly: an import
+// that committed everything and put the tenant in the directory is not a
+// failure because its --wait could not verify the read models (exit 6,
+// and the message says the data is there). Everything printed that comes
+// from the archive goes through terminalSafe.
+func tenantsImport(ctx context.Context, svc *portability.Service, file string, o portability.ImportOptions, asJSON bool, stdout, stderr io.Writer) int {
 	f, err := os.Open(file)
 	if err != nil {
 		return tenantsFailed(stderr, err)
 	}
 	defer f.Close()
-	res, err := svc.Import(ctx, f, portability.ImportOptions{Tenant: tenant, Wait: wait})
+	res, err := svc.Import(ctx, f, o)
 	if asJSON && (err == nil || res.Events > 0) {
 		printJSON(stdout, res)
 	}
-	if err != nil {
-		return tenantsFailed(stderr, err)
+	if !asJSON && (err == nil || res.Complete) {
+		printImport(stdout, res)
 	}
-	if !asJSON {
-		fmt.Fprintf(stdout, "imported %s (archive of %s): %d events, %d idempotency records; %d dead letters kept in the archive, not restored\n",
-			res.Tenant, res.From, res.Events, res.Idempotency, res.DeadLetters)
-		if res.Provisioned {
-			fmt.Fprintf(stdout, "provisioned %s\n", res.Tenant)
+	switch {
+	case err == nil:
+		return exitOK
+	case res.Complete:
+		state := "the tenant is served"
+		if res.Status != "active" {
+			state = fmt.Sprintf("the tenant stays %s", res.Status)
 		}
-		tables := make([]string, 0, len(res.ReadModels))
-		for t := range res.ReadModels {
-			tables = append(tables, t)
+		fmt.Fprintf(stderr, "strata tenants: %s\nthe import itself is complete: its %d events are committed and %s; only the verification failed. "+
+			"Do not import again: check how far the projections are with `strata replay status`, and compare later with `strata tenants export %s`.\n",
+			terminalSafe(err.Error()), res.Events, state, res.Tenant)
+		return exitUnverified
+	default:
+		fmt.Fprintln(stderr, "strata tenants:", terminalSafe(err.Error()))
+		return exitFailure
+	}
+}
+
+// printImport prints an import's result for a person.
+func printImport(w io.Writer, res portability.ImportResult) {
+	fmt.Fprintf(w, "imported %d events into %s (archive of %s; event IDs %s), %d idempotency records; %d dead letters kept in the archive, not restored\n",
+		res.Events, res.Tenant, res.From, res.EventIDs, res.Idempotency, res.DeadLetters)
+	if res.Resumed > 0 {
+		fmt.Fprintf(w, "continued an earlier run of this import, which had committed %d events\n", res.Resumed)
+	}
+	fmt.Fprintln(w, "the imported history is marked as imported: no process manager decides it and the relay does not publish it")
+	switch {
+	case res.Provisioned:
+		fmt.Fprintf(w, "provisioned %s\n", res.Tenant)
+	case res.Status != "" && res.Status != "active":
+		fmt.Fprintf(w, "%s stays %s: resume it with `strata tenants resume %s --reason ...`\n", res.Tenant, res.Status, res.Tenant)
+	}
+	tables := make([]string, 0, len(res.ReadModels))
+	for t := range res.ReadModels {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables)
+	for _, t := range tables {
+		fmt.Fprintf(w, "  %-28s %s\n", terminalSafe(t), res.ReadModels[t])
+	}
+}
+
+// terminalSafe escapes what a terminal would interpret (control
+// characters, C1 included, and other non-printable runes) the way %q
+// does, leaving the rest of the text as it is: archive names and values
+// reach messages, and an escape sequence in one must not reach the
+// operator's terminal (issue 29, finding 15).
+func terminalSafe(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '\n' || r == '\t' || (unicode.IsPrint(r) && r != utf8.RuneError) || r == ' ' {
+			b.WriteRune(r)
+			continue
 		}
-		sort.Strings(tables)
-		for _, t := range tables {
-			fmt.Fprintf(stdout, "  %-28s %s\n", t, res.ReadModels[t])
+		if r == utf8.RuneError { // invalid UTF-8: shown, not passed on
+			b.WriteString(`\ufffd`)
+			continue
+		}
+		q := strconv.QuoteRune(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
+}
+
+// byteSize is a flag of a size in bytes: a number, optionally with KiB,
+// MiB or GiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	switch n := int64(*b); {
+	case n > 0 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n > 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n > 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	default:
+		return strconv.FormatInt(n, 10)
+	}
+}
+
+func (b *byteSize) Set(v string) error {
+	num, unit := v, int64(1)
+	for suffix, u := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(v, suffix); ok {
+			num, unit = n, u
 		}
 	}
-	return exitOK
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/unit {
+		return fmt.Errorf("%q: want a positive number of bytes, optionally with KiB, MiB or GiB", v)
+	}
+	*b = byteSize(n * unit)
+	return nil
 }
 
 func printFiles(w io.Writer, m portability.Manifest) {
@@ -234,7 +344,16 @@ func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.
 		}
 		return p, err
 	}
-	owner, err := open(url, db.RoleProjector)
+	// The owner connection: one more, since an import holds one for its
+	// lock (db.ImportLockClass) for its whole run.
+	openOwner := func(u string) (*pgxpool.Pool, error) {
+		p, err := db.OpenPool(ctx, u, db.PoolConfig{Role: db.RoleProjector, MaxConns: 3, AppName: "strata-tenants"})
+		if err == nil {
+			pools = append(pools, p)
+		}
+		return p, err
+	}
+	owner, err := openOwner(url)
 	if err == nil {
 		err = db.Check(ctx, owner, modules.All().Lines()...)
 		if err != nil {
@@ -259,6 +378,10 @@ func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.
 	actor := tenancy.Actor{Subject: "cli:" + osUser()}
 	cfg := portabilityConfig()
 	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor, cfg.CatchUp = app, proj, owner, actor.Subject, catchUp
+	if cfg.Registry, err = modules.All().Registry(); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
 	cfg.Provision = func(ctx context.Context, t domain.TenantID) error {
 		_, err := store.Provision(ctx, actor, tenancy.ProvisionRequest{ID: t})
 		return err

@@ -15,6 +15,15 @@
 // read to the tenant whatever the query asks for. Events are never read as
 // the projector, whose policy on the log crosses tenants.
 //
+// An import is history, not live traffic (ARCHITECTURE decision 18):
+// bounded (ImportLimits), checked whole before anything is written
+// (validate.go, archive_read.go: strict JSON, regular files with the
+// format's names only, every event through its module's codec and rules),
+// loaded in bounded transactions under the tenant's import lock and
+// resumable (load.go, import_state.go), marked in tenant_arrivals so that
+// no process manager or relay acts on it again, and given new,
+// derived event IDs under another tenant (ids.go).
+//
 // The engine knows no module: the read-model tables and the columns that
 // hold log positions come from the modules' registered projections, which
 // cmd/strata passes in Config.

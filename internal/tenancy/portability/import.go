@@ -1,9 +1,7 @@
 package portability
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/placement"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -28,232 +25,282 @@ type ImportOptions struct {
 	// the imported events and then compares the read models with the
 	// archive's, table by table.
 	Wait time.Duration
+	// Limits bound the import; zero fields take DefaultImportLimits.
+	Limits ImportLimits
 }
 
 // ImportResult is what an import did.
 type ImportResult struct {
-	Tenant      domain.TenantID `json:"tenant"`
-	From        domain.TenantID `json:"from"` // the archive's tenant
-	Events      int64           `json:"events"`
-	Idempotency int64           `json:"idempotency_records"`
+	Tenant domain.TenantID `json:"tenant"`
+	From   domain.TenantID `json:"from"` // the archive's tenant
+	// Events is the tenant's imported events: the archive's count once
+	// Complete; Resumed of them were there from an earlier run of the
+	// same import.
+	Events  int64 `json:"events"`
+	Resumed int64 `json:"resumed,omitempty"`
+	// EventIDs is "kept" (the archive's own tenant) or "derived" (another
+	// tenant: ImportedEventID).
+	EventIDs    string `json:"event_ids"`
+	Idempotency int64  `json:"idempotency_records"`
 	// DeadLetters counts the archive's dead letters: kept in the archive,
 	// not restored (docs/tenants.md says why).
 	DeadLetters int64 `json:"dead_letters_in_archive"`
 	Provisioned bool  `json:"provisioned"`
+	// Complete: every event and idempotency record is committed, the
+	// history is marked as imported (no process manager or relay acts on
+	// it) and the tenant is in the directory, with Status. What follows
+	// (the Wait) only verifies.
+	Complete bool   `json:"complete"`
+	Status   string `json:"status,omitempty"`
 	// CaughtUp: every projection applied the imported events (only with
 	// a Wait).
 	CaughtUp bool `json:"caught_up"`
 	// ReadModels compares each read-model table after the catch-up with
 	// the archive's: "equal", "differs" or "not compared".
 	ReadModels map[string]string `json:"read_models"`
+	Limits     ImportLimits      `json:"limits"`
 	Manifest   Manifest          `json:"manifest"`
 }
 
-// eventBatch is how many events one INSERT carries.
-const eventBatch = 1000
+// Errors of an import.
+var (
+	// ErrAlreadyImported: the tenant holds exactly the archive's events,
+	// imported before (a retry of an import that completed).
+	ErrAlreadyImported = fmt.Errorf("%w: already imported", ErrNotEmpty)
+	// ErrReadModelsDiffer: after the catch-up, a read model differs from
+	// the archive's.
+	ErrReadModelsDiffer = errors.New("the read models differ from the archive's")
+)
 
-// Import loads an archive into an empty tenant: its events, in their
-// order, with their IDs, versions, metadata and recorded times, and its
-// idempotency records, in one transaction as strata_app under the
-// tenant's row-level security; every file is checked against the
-// manifest's count and SHA-256 before the transaction commits. Read models
-// are not loaded: the projections derive them from the imported events
-// (the running projectors catch up; Wait waits for them and compares).
-// A tenant the directory does not have is provisioned after the load (so
-// it is served only once its log is complete); one that is erasing or
-// erased is refused, as is a tenant with data (ErrNotEmpty).
+// Import loads an archive into a tenant that has no data, in two passes
+// over a private copy of it (ARCHITECTURE decision 18):
+//
+//  1. check: every file against the manifest (count, SHA-256), every
+//     line against the format (no unknown field, one value, bounded
+//     length), every event against its module's codec (strict) and rules
+//     (event.Validator), its stream's versions and the limits. Nothing
+//     is written unless everything passes.
+//  2. load, under the session lock db.ImportLockClass of the tenant:
+//     the tenant_arrivals row first (the process managers and the relay
+//     pass over the tenant's events from then on: imported history is
+//     not decided or published again, projections apply it), then the
+//     events in their order, under the target's IDs, and the idempotency
+//     records, in bounded transactions each committed (the log's horizon
+//     is never held for long); then the arrival's end, then the
+//     directory: a tenant it does not have is provisioned last, so it is
+//     served only once its history is complete.
+//
+// A run that stops midway (a crash, the time limit) leaves the tenant
+// unserved with a prefix of the archive; running the same import again
+// continues after it. Read models are not loaded: the projections derive
+// them from the imported events (Wait waits for them and compares). A
+// tenant that is erasing or erased is refused, as is one with data
+// (ErrNotEmpty; ErrAlreadyImported when the data is this archive), and
+// one in the directory that is active (suspend it first: nothing may
+// write to it while its history loads).
+//
+// The result is returned with every error: Complete says whether the
+// import itself is done, whatever the Wait found.
 func (s *Service) Import(ctx context.Context, r io.Reader, o ImportOptions) (ImportResult, error) {
-	a, err := openArchive(bufio.NewReaderSize(r, 1<<20))
+	lim := o.Limits.withDefaults()
+	res := ImportResult{Tenant: o.Tenant, ReadModels: map[string]string{}, Limits: lim}
+	if s.cfg.Registry == nil {
+		return res, errors.New("portability: an import needs the modules' event registry (Config.Registry)")
+	}
+	if err := lim.Validate(); err != nil {
+		return res, err
+	}
+	runCtx, cancel := context.WithTimeout(ctx, lim.Duration)
+	err := s.importArchive(runCtx, r, lim, &res)
+	cancel()
 	if err != nil {
-		return ImportResult{}, err
-	}
-	res := ImportResult{Tenant: o.Tenant, From: a.manifest.Tenant, Manifest: a.manifest, ReadModels: map[string]string{}}
-	if res.Tenant == "" {
-		res.Tenant = a.manifest.Tenant
-	}
-	tenant := res.Tenant
-	status, placedIn, known, err := s.directoryEntry(ctx, tenant)
-	if err != nil {
-		return res, err
-	}
-	if known && placedIn != placement.Pool {
-		return res, fmt.Errorf("%w: tenant %s is placed in %s; importing into a tenant outside the shared database is not supported yet", domain.ErrRejected, tenant, placedIn)
-	}
-	if known && (status == "erasing" || status == "erased") {
-		return res, fmt.Errorf("%w: tenant %s is %s: it cannot be imported into", domain.ErrRejected, tenant, status)
-	}
-	if !known && s.cfg.Provision == nil {
-		return res, fmt.Errorf("%w: no tenant %q in the directory (provision it first)", domain.ErrNotFound, tenant)
-	}
-	if err := s.audit(ctx, "import", tenant, map[string]any{"from": a.manifest.Tenant, "files": len(a.manifest.Files)}); err != nil {
-		return res, err
-	}
-	if err := s.checkEmpty(ctx, tenant); err != nil {
-		return res, err
-	}
-
-	err = tenantTx(ctx, s.cfg.App, db.RoleApp, tenant, false, func(tx pgx.Tx) error {
-		for {
-			name, body, check, err := a.next()
-			if errors.Is(err, io.EOF) {
-				return a.missing()
-			}
-			if err != nil {
-				return err
-			}
-			switch name {
-			case EventsFile:
-				if res.Events, err = s.loadEvents(ctx, tx, tenant, body); err != nil {
-					return err
-				}
-			case IdempotencyFile:
-				if res.Idempotency, err = loadIdempotency(ctx, tx, tenant, body); err != nil {
-					return err
-				}
-			case DeadLettersFile:
-				res.DeadLetters = a.manifest.Files[name].Count
-			}
-			// Read models and dead letters are only verified here.
-			if err := check(); err != nil {
-				return err
-			}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("%w of %s (--timeout): %v", ErrTimeLimit, lim.Duration, err)
 		}
-	})
-	if err != nil {
-		return res, fmt.Errorf("import into %s (nothing was imported): %w", tenant, err)
-	}
-	// Wake the projectors, as an append does.
-	if _, err := s.cfg.App.Exec(ctx, `SELECT pg_notify($1, '')`, projections.NotifyChannel); err != nil {
-		return res, err
-	}
-	if !known {
-		if err := s.cfg.Provision(ctx, tenant); err != nil {
-			return res, fmt.Errorf("the archive is imported, but provisioning %s failed (run `strata tenants provision %s`): %w", tenant, tenant, err)
+		op := "import"
+		if res.Tenant != "" {
+			op = "import into " + string(res.Tenant)
 		}
-		res.Provisioned = true
-	}
-	for _, t := range a.manifest.Tables() {
-		res.ReadModels[t] = "not compared"
+		switch {
+		case res.Events > 0 && !res.Complete:
+			return res, fmt.Errorf("%s: %w; %d of the archive's %d events are committed, and %s is not served until the import completes: run the same import again to continue",
+				op, err, res.Events, res.Manifest.Files[EventsFile].Count, res.Tenant)
+		case !res.Complete:
+			return res, fmt.Errorf("%s (nothing was written): %w", op, err)
+		default:
+			return res, fmt.Errorf("%s: %w", op, err)
+		}
 	}
 	if o.Wait <= 0 {
 		return res, nil
 	}
-	head, _, err := s.head(ctx, tenant)
+	head, _, err := s.head(ctx, res.Tenant)
+	if err == nil {
+		err = s.waitCaughtUp(ctx, head, o.Wait)
+	}
+	if err == nil {
+		res.CaughtUp = true
+		err = s.compareReadModels(ctx, res.Tenant, res.Manifest, &res)
+	}
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("imported %d events into %s, but: %w", res.Events, res.Tenant, err)
 	}
-	if err := s.waitCaughtUp(ctx, head, o.Wait); err != nil {
-		return res, err
-	}
-	res.CaughtUp = true
-	return res, s.compareReadModels(ctx, tenant, a.manifest, &res)
+	return res, nil
 }
 
-// checkEmpty refuses a tenant that has events, idempotency records,
-// read-model rows or dead letters.
-func (s *Service) checkEmpty(ctx context.Context, tenant domain.TenantID) error {
-	var found []string
-	err := tenantTx(ctx, s.cfg.App, db.RoleApp, tenant, true, func(tx pgx.Tx) error {
-		for _, t := range []string{"events", "idempotency_keys"} {
-			var n int64
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t+` WHERE tenant_id = $1`, tenant).Scan(&n); err != nil {
-				return err
-			}
-			if n > 0 {
-				found = append(found, fmt.Sprintf("%d rows in %s", n, t))
-			}
-		}
-		return nil
-	})
+// importArchive is Import up to the tenant's activation.
+func (s *Service) importArchive(ctx context.Context, r io.Reader, lim ImportLimits, res *ImportResult) error {
+	f, err := spool(ctx, r, lim.ArchiveBytes)
 	if err != nil {
 		return err
 	}
-	err = tenantTx(ctx, s.cfg.Projector, db.RoleProjector, tenant, true, func(tx pgx.Tx) error {
-		tables := []string{"dead_letters"}
-		for _, t := range s.cfg.Tables {
-			tables = append(tables, t.Name)
-		}
-		for _, t := range tables {
-			var n int64
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{t}.Sanitize()+` WHERE tenant_id = $1`, tenant).Scan(&n); err != nil {
-				return err
-			}
-			if n > 0 {
-				found = append(found, fmt.Sprintf("%d rows in %s", n, t))
-			}
-		}
-		return nil
-	})
+	defer func() { f.Close(); os.Remove(f.Name()) }()
+	p, err := s.check(ctx, f, lim)
 	if err != nil {
 		return err
 	}
-	if len(found) > 0 {
-		return fmt.Errorf("%w: %s has %s; an archive is imported only into an empty tenant", ErrNotEmpty, tenant, strings.Join(found, ", "))
+	res.From, res.Manifest, res.DeadLetters = p.manifest.Tenant, p.manifest, p.deadLetters
+	if res.Tenant == "" {
+		res.Tenant = p.manifest.Tenant
+	}
+	for _, t := range p.manifest.Tables() {
+		res.ReadModels[t] = "not compared"
+	}
+	tenant := res.Tenant
+	m := ids{tenant: tenant, derive: tenant != p.manifest.Tenant, p: p}
+	res.EventIDs = "kept"
+	if m.derive {
+		res.EventIDs = "derived"
+	}
+
+	release, err := s.lockImport(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := s.state(ctx, tenant, p, m)
+	if err != nil {
+		return err
+	}
+	if err := s.admit(ctx, tenant, p, st); err != nil {
+		return err
+	}
+	if err := s.audit(ctx, "import", tenant, map[string]any{"from": p.manifest.Tenant, "files": len(p.manifest.Files), "events": p.events(),
+		"archive": p.digest[:16], "resumed": st.events}); err != nil {
+		return err
+	}
+	if !st.ours {
+		// Before the first event is visible: from here on the process
+		// managers and the relay pass over every event of the tenant.
+		err := s.ownerTx(ctx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO tenant_arrivals (tenant, source) VALUES ($1, $2)
+ON CONFLICT (tenant) DO UPDATE SET source = EXCLUDED.source, through_tx = NULL, through_pos = NULL, arrived_at = now()`, tenant, importSource(p))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("record the import in tenant_arrivals: %w", err)
+		}
+	}
+
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	res.Resumed, res.Events = st.events, st.events
+	l := &loader{s: s, ctx: ctx, tenant: tenant, ids: m, skip: st.events, total: p.events(), known: st.known}
+	_, err = s.walk(ctx, f, lim, l)
+	res.Events, res.Idempotency = st.events+l.loaded, l.records
+	if err != nil {
+		if st.events == 0 && l.loaded == 0 && l.records == 0 {
+			s.forgetImport(tenant, p)
+		}
+		return err
+	}
+	if err := s.importEnd(ctx, tenant); err != nil {
+		return err
+	}
+	// Wake the projectors, as an append does.
+	if _, err := s.cfg.App.Exec(ctx, `SELECT pg_notify($1, '')`, projections.NotifyChannel); err != nil {
+		return err
+	}
+	res.Status = st.status
+	if !st.known {
+		if err := s.cfg.Provision(ctx, tenant); err != nil {
+			return fmt.Errorf("every event is loaded, but provisioning %s failed (run the same import again, or `strata tenants provision %s`): %w", tenant, tenant, err)
+		}
+		res.Provisioned, res.Status = true, "active"
+	}
+	res.Complete = true
+	return nil
+}
+
+// forgetImport removes the arrival row of an import that failed before
+// writing anything: left there, it would make the process managers and
+// the relay pass over every event of a tenant provisioned later under the
+// same ID by other means. Best effort (the import has failed already; a
+// rerun finds the row and continues).
+func (s *Service) forgetImport(tenant domain.TenantID, p *plan) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.ownerTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM tenant_arrivals WHERE tenant = $1 AND source = $2 AND through_tx IS NULL`, tenant, importSource(p))
+		return err
+	})
+}
+
+// importEnd sets the tenant's arrival's end at its last event: events
+// after it are the tenant's own, which the process managers decide and
+// the relay publishes.
+func (s *Service) importEnd(ctx context.Context, tenant domain.TenantID) error {
+	head, _, err := s.head(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if head.tx == "" {
+		head.tx = "0" // no events: nothing of the tenant is imported history
+	}
+	err = s.ownerTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE tenant_arrivals SET through_tx = $2::text::xid8, through_pos = $3 WHERE tenant = $1`, tenant, head.tx, head.pos)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record the end of the imported history in tenant_arrivals: %w", err)
 	}
 	return nil
 }
 
-func (s *Service) loadEvents(ctx context.Context, tx pgx.Tx, tenant domain.TenantID, body io.Reader) (int64, error) {
-	dec := json.NewDecoder(body)
-	var n int64
-	var streams, ids, types, data, meta []string
-	var versions []int64
-	var schemas []int32
-	var at []time.Time
-	flush := func() error {
-		if len(ids) == 0 {
-			return nil
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata, recorded_at)
-SELECT $1, u.stream_id, u.version, u.event_id::uuid, u.event_type, u.schema_version, u.data::jsonb, u.metadata::jsonb, u.recorded_at
-FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::timestamptz[])
-     WITH ORDINALITY AS u(stream_id, version, event_id, event_type, schema_version, data, metadata, recorded_at, ord)
-ORDER BY u.ord`, tenant, streams, versions, ids, types, schemas, data, meta, at)
-		if err != nil {
-			return fmt.Errorf("append events %d to %d: %w", n-int64(len(ids))+1, n, err)
-		}
-		s.progress(Progress{Phase: "events", File: EventsFile, Rows: n})
-		streams, ids, types, data, meta, versions, schemas, at = streams[:0], ids[:0], types[:0], data[:0], meta[:0], versions[:0], schemas[:0], at[:0]
-		return nil
+// spool copies the archive into a private temporary file (the two passes
+// read it twice, and read the same bytes), refusing more than max bytes.
+func spool(ctx context.Context, r io.Reader, max int64) (*os.File, error) {
+	f, err := os.CreateTemp("", "strata-import-*")
+	if err != nil {
+		return nil, fmt.Errorf("spool the archive: %w", err)
 	}
-	for {
-		var l EventLine
-		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return n, fmt.Errorf("%w: %s line %d: %v", ErrBadArchive, EventsFile, n+1, err)
-		}
-		n++
-		if l.Ordinal != n {
-			return n, fmt.Errorf("%w: %s line %d has ordinal %d: events must be in log order", ErrBadArchive, EventsFile, n, l.Ordinal)
-		}
-		streams, versions, ids, types = append(streams, l.Stream), append(versions, l.Version), append(ids, l.EventID), append(types, l.Type)
-		schemas, data, meta, at = append(schemas, int32(l.SchemaVersion)), append(data, string(l.Data)), append(meta, string(l.Metadata)), append(at, l.RecordedAt)
-		if len(ids) == eventBatch {
-			if err := flush(); err != nil {
-				return n, err
-			}
-		}
+	n, err := io.Copy(f, io.LimitReader(ctxReader{ctx, r}, max+1))
+	if err == nil && n > max {
+		err = fmt.Errorf("%w: the archive is larger than the limit of %d bytes (--max-archive)", ErrOverLimit, max)
 	}
-	return n, flush()
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
 }
 
-func loadIdempotency(ctx context.Context, tx pgx.Tx, tenant domain.TenantID, body io.Reader) (int64, error) {
-	dec := json.NewDecoder(body)
-	var n int64
-	for {
-		var l IdempotencyLine
-		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
-			return n, nil
-		} else if err != nil {
-			return n, fmt.Errorf("%w: %s line %d: %v", ErrBadArchive, IdempotencyFile, n+1, err)
-		}
-		n++
-		if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, request_hash, response, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			tenant, l.Key, l.RequestHash, l.Response, l.CreatedAt); err != nil {
-			return n, fmt.Errorf("idempotency record %d: %w", n, err)
-		}
+// ctxReader stops reading once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
 	}
+	return c.r.Read(p)
 }
 
 // compareReadModels stages the tenant's read models as an export would and
@@ -309,7 +356,7 @@ func (s *Service) compareReadModels(ctx context.Context, tenant domain.TenantID,
 	}
 	if len(differ) > 0 {
 		sort.Strings(differ)
-		return fmt.Errorf("the imported tenant's read models differ from the archive's in %s", strings.Join(differ, ", "))
+		return fmt.Errorf("%w in %s", ErrReadModelsDiffer, strings.Join(differ, ", "))
 	}
 	return nil
 }

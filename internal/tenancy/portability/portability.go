@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/internal/db"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	// each has applied the tenant's last event before reading the read
 	// models, an import waits for them to catch up.
 	Projections []string
+	// Registry holds every module's event codecs: an import decodes every
+	// event of an archive with it (strictly) and checks it against its
+	// module's rules before writing anything. Required by Import only.
+	Registry *event.Registry
 	// Provision provisions a tenant an import brings that the directory
 	// does not have (the platform path, audited); nil refuses such an
 	// import.

@@ -193,7 +193,7 @@ func TestImportChecksTheArchive(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	seedCanary(ctx, t, conn)
-	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test"})
+	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test", Registry: modules.All().MustRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestImportChecksTheArchive(t *testing.T) {
 		t.Fatalf("second import into gamma: %v", err)
 	}
 	var recorded, original time.Time
-	if err := conn.QueryRow(ctx, `SELECT g.recorded_at, a.recorded_at FROM strata.events g JOIN strata.events a ON a.event_id = g.event_id AND a.tenant_id = 'acme'
+	if err := conn.QueryRow(ctx, `SELECT g.recorded_at, a.recorded_at FROM strata.events g JOIN strata.events a ON a.stream_id = g.stream_id AND a.version = g.version AND a.tenant_id = 'acme'
 WHERE g.tenant_id = 'gamma'`).Scan(&recorded, &original); err != nil || !recorded.Equal(original) {
 		t.Errorf("recorded_at not kept: %v vs %v (%v)", recorded, original, err)
 	}
