@@ -448,21 +448,25 @@ const ExpireSubject = "serve:export-retention"
 // retention ago, one job per transaction, each recorded in tenant_audit
 // (export_expire) in the same transaction; it returns how many. Serving
 // processes call it on a timer; two at once delete each job once (SKIP
-// LOCKED).
+// LOCKED). The jobs of a tenant being erased are the erasure's (it counts
+// and deletes them for its receipt); those of an erased tenant are deleted
+// without a row naming the tenant, which the erasure anonymized.
 func (j *Jobs) Expire(ctx context.Context) (int, error) {
 	n := 0
 	for {
 		gone := false
 		err := j.svc.ownerTx(ctx, func(tx pgx.Tx) error {
-			var id, tenant string
-			err := tx.QueryRow(ctx, `DELETE FROM tenant_exports WHERE id = (
-  SELECT id FROM tenant_exports WHERE NOT (`+strings.ReplaceAll(retained, "$4", "$1")+`) ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING id::text, tenant`, j.cfg.Retention.Seconds()).Scan(&id, &tenant)
+			var id, tenant, status string
+			err := tx.QueryRow(ctx, `DELETE FROM tenant_exports x WHERE x.id = (
+  SELECT e.id FROM tenant_exports e WHERE NOT (`+strings.ReplaceAll(retained, "$4", "$1")+`)
+    AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = e.tenant AND t.status = 'erasing')
+  ORDER BY e.created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING x.id::text, x.tenant, coalesce((SELECT t.status FROM tenants t WHERE t.id = x.tenant), '')`, j.cfg.Retention.Seconds()).Scan(&id, &tenant, &status)
 			if errors.Is(err, pgx.ErrNoRows) {
 				gone = true
 				return nil
 			}
-			if err != nil {
+			if err != nil || status == "erased" {
 				return err
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO tenant_audit (subject, action, tenant, detail) VALUES ($1, 'export_expire', $2, jsonb_build_object('job', $3::text))`,

@@ -110,4 +110,26 @@ func TestJobsCapIsTheDatabasesAndExpiredJobsGo(t *testing.T) {
 	if _, err := procs[0].Get(ctx, kept.Tenant, kept.ID); err != nil {
 		t.Errorf("the job within the retention: %v", err)
 	}
+
+	// A tenant being erased: its old job is the erasure's. An erased
+	// tenant's goes, without a row naming the tenant.
+	const erasing, erased = "44444444-4444-4444-4444-444444444444", "55555555-5555-5555-5555-555555555555"
+	for _, q := range []string{
+		`INSERT INTO strata.tenants (id, name, status) VALUES ('going', 'Going', 'erasing'), ('gone', 'Gone', 'erased')`,
+		`INSERT INTO strata.tenant_exports (id, tenant, requested_by, status, error, created_at, heartbeat_at, finished_at) VALUES
+		 ('` + erasing + `', 'going', 'test', 'failed', 'x', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days'),
+		 ('` + erased + `', 'gone', 'test', 'failed', 'x', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days')`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if n, err := procs[0].Expire(ctx); err != nil || n != 1 {
+		t.Fatalf("Expire: %d %v, want 1 (the erased tenant's)", n, err)
+	}
+	var left, named int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM strata.tenant_exports WHERE tenant IN ('going', 'gone')),
+(SELECT count(*) FROM strata.tenant_audit WHERE tenant = 'gone')`).Scan(&left, &named); err != nil || left != 1 || named != 0 {
+		t.Errorf("after Expire: %d jobs of going/gone left (want going's), %d rows naming gone; %v", left, named, err)
+	}
 }
