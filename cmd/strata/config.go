@@ -85,6 +85,13 @@ var envVars = map[string]string{
 	"STRATA_RETENTION_RESOLVED_DEAD_LETTERS": "default window of resolved (retried, discarded, superseded) dead letters (default 90d, or keep)",
 	"STRATA_RETENTION_AUDIT":                 "default window of a tenant's admin_audit rows (default 365d, or keep)",
 
+	// Export jobs of the platform API and the platform's own retention (docs/tenants.md).
+	"STRATA_EXPORT_MAX_RUNNING_PER_TENANT": "export jobs of one tenant running at once, all serving processes together, before 429 (default 1)",
+	"STRATA_EXPORT_MAX_RUNNING":            "export jobs of all tenants running at once on the database, before 429 (default 2; at most half of STRATA_DB_MAX_CONNS)",
+	"STRATA_EXPORT_RETENTION":              "how long a finished export job and its archive are kept, e.g. 24h (default 24h, at least 1m); then 404 and deleted",
+	"STRATA_RETENTION_PLATFORM_AUDIT":      "window of tenant_audit, the platform calls' record, e.g. 365d or keep (default 365d)",
+	"STRATA_PLATFORM_RETENTION_INTERVAL":   "pause between the serving processes' passes deleting expired export jobs and tenant_audit rows (default 10m)",
+
 	// Process managers (docs/process-managers.md) and the fulfilment module's payments (docs/fulfilment.md).
 	"STRATA_PROCESSES":            "process managers the projector role runs: all (default), none, or a comma-separated list of names (e.g. fulfilment)",
 	"STRATA_PROCESS_POLL":         "how often process managers look at the log, their outbox and their deadlines when nothing wakes them (default 1s)",

@@ -111,7 +111,14 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 		return tenantWiring{}, err
 	}
 	if roles[roleQuery] {
-		api := platformapi.New(store).WithExports(exportJobs(ctx, a, store)).WithHeavyHitters(hitters)
+		jobs, err := exportJobs(ctx, a, store)
+		if err != nil {
+			return tenantWiring{}, err
+		}
+		if err := wirePlatformRetention(a, store, jobs); err != nil {
+			return tenantWiring{}, err
+		}
+		api := platformapi.New(store).WithExports(jobs).WithHeavyHitters(hitters)
 		if store != nil {
 			er, closeEr, err := newEraser(a.env, a.pools.owner, store, a.logger, eraseFlags{}, nil)
 			if err != nil {

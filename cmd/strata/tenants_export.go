@@ -298,19 +298,43 @@ func portabilityConfig() portability.Config {
 
 // exportJobs runs the platform API's export jobs in serve (nil without the
 // owner connection: the routes answer 503 there, and with an EventStoreDB
-// log, which the export does not read).
-func exportJobs(ctx context.Context, a *app, store *tenancy.Store) *portability.Jobs {
+// log, which the export does not read), capped and kept as
+// STRATA_EXPORT_* say (docs/tenants.md, "Export jobs over HTTP").
+func exportJobs(ctx context.Context, a *app, store *tenancy.Store) (*portability.Jobs, error) {
 	if store == nil || a.pools.owner == nil || a.projPool == nil || a.external {
-		return nil
+		return nil, nil
 	}
+	// A running job holds a connection of the serving pools: the jobs must
+	// leave at least half of them to the requests. The default fits a
+	// small pool; a setting that does not is refused.
+	half := max(1, int(a.appPool.Config().MaxConns)/2)
+	var jc portability.JobsConfig
+	var err error
+	if jc.MaxRunning, err = a.env.integer("STRATA_EXPORT_MAX_RUNNING", min(portability.DefaultMaxRunning, half)); err != nil {
+		return nil, err
+	}
+	if jc.MaxRunning > half {
+		return nil, fmt.Errorf("STRATA_EXPORT_MAX_RUNNING=%d: at most half of STRATA_DB_MAX_CONNS (%d): each running export holds a serving connection", jc.MaxRunning, half)
+	}
+	if jc.MaxRunningPerTenant, err = a.env.integer("STRATA_EXPORT_MAX_RUNNING_PER_TENANT", min(portability.DefaultMaxRunningPerTenant, jc.MaxRunning)); err != nil {
+		return nil, err
+	}
+	if jc.Retention, err = a.env.duration("STRATA_EXPORT_RETENTION", portability.DefaultRetention); err != nil {
+		return nil, err
+	}
+	jc.Logger = a.logger
 	cfg := portabilityConfig()
 	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor = a.appPool, a.projPool, a.pools.owner, "serve"
 	svc, err := portability.New(cfg)
 	if err != nil {
 		a.logger.Warn("tenant exports are off", "error", err.Error())
-		return nil
+		return nil, nil
 	}
-	return portability.NewJobs(ctx, svc, a.logger)
+	jobs, err := portability.NewJobs(ctx, svc, jc)
+	if err != nil {
+		return nil, fmt.Errorf("STRATA_EXPORT_*: %w", err)
+	}
+	return jobs, nil
 }
 
 // openPortability connects as `strata replay` does: the owner connection

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/pgtest"
+	"github.com/strata-es/strata/internal/tenancy/platformapi"
 )
 
 const tenantsSecret = "tenants-test-secret-0123456789abcdef"
@@ -209,26 +210,35 @@ func TestTenantUnknownRefused(t *testing.T) {
 }
 
 // TestTenantPlatformRoutesNeedThePlatformScope: an admin token and a plain
-// tenant token are refused (403 forbidden); the platform token's every
-// call is in tenant_audit with who, what and which tenant.
+// tenant token are refused (403 forbidden), each refusal in tenant_audit
+// as "refused" up to the subject's throttle (issue 29, finding 12); the
+// platform token's every call is in tenant_audit with who, what and which
+// tenant.
 func TestTenantPlatformRoutesNeedThePlatformScope(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	base, _, stop := startServe(t, directoryVars(t, url))
 	defer stop()
 	waitReady(t, base)
 	provisionOver(t, base, "acme")
-	for _, tok := range []string{tenantToken(t, "acme", auth.ScopeAdmin), tenantToken(t, "acme"), tenantToken(t, "ops", auth.ScopeAdmin)} {
-		for _, c := range []struct{ method, path, body string }{
-			{http.MethodGet, "/v1/platform/tenants", ""},
-			{http.MethodGet, "/v1/platform/tenants/acme", ""},
-			{http.MethodPost, "/v1/platform/tenants", `{"id":"evil"}`},
-			{http.MethodPost, "/v1/platform/tenants/acme/suspend", `{"reason":"x"}`},
-			{http.MethodPost, "/v1/platform/tenants/acme/resume", `{"reason":"x"}`},
-			{http.MethodPut, "/v1/platform/tenants/acme/quotas", `{}`},
+	want := []string{"api:ops@ops provision acme true"}
+	recorded := map[string]int{}
+	for _, tok := range []struct{ token, subject string }{{tenantToken(t, "acme", auth.ScopeAdmin), "api:ops@acme"}, {tenantToken(t, "acme"), "api:ops@acme"},
+		{tenantToken(t, "ops", auth.ScopeAdmin), "api:ops@ops"}} {
+		for _, c := range []struct{ method, path, body, tenant string }{
+			{http.MethodGet, "/v1/platform/tenants", "", "-"},
+			{http.MethodGet, "/v1/platform/tenants/acme", "", "acme"},
+			{http.MethodPost, "/v1/platform/tenants", `{"id":"evil"}`, "-"},
+			{http.MethodPost, "/v1/platform/tenants/acme/suspend", `{"reason":"x"}`, "acme"},
+			{http.MethodPost, "/v1/platform/tenants/acme/resume", `{"reason":"x"}`, "acme"},
+			{http.MethodPut, "/v1/platform/tenants/acme/quotas", `{}`, "acme"},
 		} {
-			st, body, _ := apiCall(t, nil, base, tok, c.method, c.path, c.body)
+			st, body, _ := apiCall(t, nil, base, tok.token, c.method, c.path, c.body)
 			if st != http.StatusForbidden || errorCode(body) != "forbidden" {
 				t.Errorf("%s %s without the platform scope: %d %s", c.method, c.path, st, body)
+			}
+			if recorded[tok.subject] < platformapi.RefusalBurst { // the test takes well under RefusalRefill
+				recorded[tok.subject]++
+				want = append(want, tok.subject+" refused "+c.tenant+" true")
 			}
 		}
 	}
@@ -261,8 +271,8 @@ func TestTenantPlatformRoutesNeedThePlatformScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"api:ops@ops provision acme true", "api:ops@ops list - true", "api:ops@ops show acme true", "api:ops@ops suspend acme true",
-		"api:ops@ops resume acme true", "api:ops@ops set_quotas acme true", "api:ops@ops show nobody true"}
+	want = append(want, "api:ops@ops list - true", "api:ops@ops show acme true", "api:ops@ops suspend acme true",
+		"api:ops@ops resume acme true", "api:ops@ops set_quotas acme true", "api:ops@ops show nobody true")
 	if !slices.Equal(got, want) {
 		t.Fatalf("tenant_audit:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

@@ -90,7 +90,7 @@ func (s *Store) audit(ctx context.Context, a Actor, action string, tenant domain
 	if a.RequestID != "" {
 		rid = &a.RequestID
 	}
-	return s.ownerTx(ctx, func(tx pgx.Tx) error {
+	err = s.ownerTx(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO tenant_audit (subject, action, tenant, detail, request_id) VALUES ($1, $2, $3, $4, $5)`,
 			a.Subject, action, t, raw, rid)
 		if err != nil {
@@ -98,6 +98,10 @@ func (s *Store) audit(ctx context.Context, a Actor, action string, tenant domain
 		}
 		return nil
 	})
+	if err == nil {
+		MarkAudited(ctx) // the HTTP edge records what no Store call did (audit_trail.go)
+	}
+	return err
 }
 
 const tenantColumns = `id, name, status, coalesce(status_reason, ''), quotas, retention, placement, provisioning, version, created_at, updated_at, coalesce(tier, ''), coalesce(cohort, '')`

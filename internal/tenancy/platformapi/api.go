@@ -28,19 +28,22 @@ const (
 // API serves the routes on a Store. A nil Store (a process without the
 // owner connection) answers 503 with what to set.
 type API struct {
-	store   *tenancy.Store
-	exports *portability.Jobs       // exports.go
-	hitters *telemetry.HeavyHitters // tiers.go
-	erase   *eraseJobs              // erase.go
+	store    *tenancy.Store
+	exports  *portability.Jobs       // exports.go
+	hitters  *telemetry.HeavyHitters // tiers.go
+	erase    *eraseJobs              // erase.go
+	refusals *refusals               // record.go
 }
 
 // New returns the API.
-func New(store *tenancy.Store) *API { return &API{store: store} }
+func New(store *tenancy.Store) *API { return &API{store: store, refusals: newRefusals(time.Now)} }
 
 // Register mounts the routes on r, which must authenticate (Authenticate).
+// Every call is recorded (record.go), a refused one included: recordCalls
+// comes before the scope check.
 func (a *API) Register(r *mux.Router) {
 	s := r.NewRoute().Subrouter()
-	s.Use(httpapi.RequireScope(auth.ScopePlatform))
+	s.Use(a.recordCalls, httpapi.RequireScope(auth.ScopePlatform))
 	s.HandleFunc("/v1/platform/tenants", a.list).Methods(http.MethodGet).Name(RouteList)
 	s.HandleFunc("/v1/platform/tenants", a.provision).Methods(http.MethodPost).Name(RouteProvision)
 	s.HandleFunc("/v1/platform/tenants/{id}", a.show).Methods(http.MethodGet).Name(RouteShow)
@@ -105,7 +108,12 @@ func (a *API) ready(w http.ResponseWriter, r *http.Request) (tenancy.Actor, bool
 		return tenancy.Actor{}, false
 	}
 	c, _ := httpapi.ClaimsFrom(r.Context())
-	return tenancy.Actor{Subject: "api:" + c.Subject + "@" + string(c.Tenant), RequestID: httpapi.RequestID(r.Context())}, true
+	return actorOf(r, c), true
+}
+
+// actorOf is who makes a call over HTTP: the token's subject and tenant.
+func actorOf(r *http.Request, c auth.Claims) tenancy.Actor {
+	return tenancy.Actor{Subject: "api:" + c.Subject + "@" + string(c.Tenant), RequestID: httpapi.RequestID(r.Context())}
 }
 
 func pathTenant(w http.ResponseWriter, r *http.Request) (domain.TenantID, bool) {

@@ -170,6 +170,9 @@ func (s *Service) ownerTx(ctx context.Context, fn func(pgx.Tx) error) error {
 
 // audit records a platform call in tenant_audit before it runs.
 func (s *Service) audit(ctx context.Context, action string, tenant domain.TenantID, detail map[string]any) error {
+	if detail == nil {
+		detail = map[string]any{} // an object, never JSON null (the OpenAPI document's PlatformAuditEntry)
+	}
 	raw, err := json.Marshal(detail)
 	if err != nil {
 		return err
