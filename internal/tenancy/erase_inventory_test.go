@@ -25,7 +25,10 @@ func exportOver(t *testing.T, b *testBundle, tenant domain.TenantID) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := portability.NewJobs(ctx, svc, nil)
+	jobs, err := portability.NewJobs(ctx, svc, portability.JobsConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	job, err := jobs.Start(ctx, "cli:test", tenant)
 	if err != nil {
 		t.Fatal(err)

@@ -208,6 +208,19 @@ func (j *Jobs) Start(ctx context.Context, actor string, tenant domain.TenantID) 
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, startLockClass); err != nil {
 			return err
 		}
+		// The tenant's row is read again, locked FOR SHARE until the job's
+		// row commits: an erasure setting the tenant erasing either waits
+		// for this start (and its quiescence then finds the job running
+		// and waits for it) or came first (and the job is refused). Read
+		// outside this transaction, a job could start after the erasure's
+		// quiescence looked and write chunks behind its verification.
+		var cur string
+		if err := tx.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1 FOR SHARE`, tenant).Scan(&cur); err != nil {
+			return err
+		}
+		if cur == "erasing" || cur == "erased" {
+			return fmt.Errorf("%w: tenant %s is %s: it cannot be exported", domain.ErrRejected, tenant, cur)
+		}
 		var mine, all int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE tenant = $1), count(*) FROM tenant_exports
 WHERE status = 'running' AND heartbeat_at >= now() - $2::float8 * interval '1 second'`, tenant, StaleAfter.Seconds()).Scan(&mine, &all); err != nil {

@@ -3,6 +3,7 @@ package portability
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,4 +133,90 @@ func TestJobsCapIsTheDatabasesAndExpiredJobsGo(t *testing.T) {
 (SELECT count(*) FROM strata.tenant_audit WHERE tenant = 'gone')`).Scan(&left, &named); err != nil || left != 1 || named != 0 {
 		t.Errorf("after Expire: %d jobs of going/gone left (want going's), %d rows naming gone; %v", left, named, err)
 	}
+}
+
+// TestJobStartRacingAnErasureIsRefused (issue 29): an export that starts
+// while an erasure sets its tenant erasing (the update held open before
+// its commit) waits for it and is refused, instead of starting after the
+// erasure's quiescence looked for running jobs and writing an archive
+// behind its verification. Before the tenant's row was read in the start's
+// own transaction, the start saw the tenant active and ran.
+func TestJobStartRacingAnErasureIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := testdb.New(t, modules.All().Lines()...)
+	conn, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	seedCanary(ctx, t, conn)
+	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := NewJobs(ctx, svc, JobsConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	erasing, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer erasing.Rollback(context.Background()) //nolint:errcheck
+	if _, err := erasing.Exec(ctx, `SET LOCAL search_path = strata`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := erasing.Exec(ctx, `UPDATE tenants SET status = 'erasing' WHERE id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := jobs.Start(ctx, "test", "acme")
+		done <- err
+	}()
+	// The start waits for the erasing update's row lock (before the fix
+	// it did not wait: it ran at once).
+	select {
+	case err = <-done:
+		jobs.Wait()
+		t.Fatalf("the export's start did not wait for the erasing tenant's row: %v", err)
+	case <-lockWaited(ctx, t, watch):
+	}
+	if err := erasing.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	jobs.Wait()
+	if !errors.Is(err, domain.ErrRejected) || !strings.Contains(err.Error(), "acme is erasing") {
+		t.Fatalf("an export started while its tenant became erasing: %v, want a refusal", err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM strata.tenant_exports WHERE tenant = 'acme'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d export jobs of the erasing tenant (%v), want 0", n, err)
+	}
+}
+
+// lockWaited is closed once some session of the database waits for a
+// lock (conn is the test's own, used by nothing else meanwhile).
+func lockWaited(ctx context.Context, t *testing.T, conn *pgx.Conn) <-chan struct{} {
+	t.Helper()
+	ch := make(chan struct{})
+	go func() {
+		for ctx.Err() == nil {
+			var waiting bool
+			err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database())`).Scan(&waiting)
+			if err == nil && waiting {
+				close(ch)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return ch
 }
