@@ -28,11 +28,13 @@ import (
 // therefore arrive in version order as long as the consumer has at most
 // one message in flight (MaxAckPending 1, as NATSSubscriber sets).
 //
-// Every message carries Nats-Msg-Id = the event ID, so JetStream drops a
-// re-publication of the same event within the stream's duplicate window
-// (2 minutes by default) — the usual case after a relay crash between
-// publishing and checkpointing. Beyond the window, consumers deduplicate
-// on the event ID or on (tenant, stream, version), as Consumer does.
+// Every message carries Nats-Msg-Id = the message UUID, MessageID(tenant,
+// event ID), so JetStream drops a re-publication of the same event within
+// the stream's duplicate window (2 minutes by default) — the usual case
+// after a relay crash between publishing and checkpointing — and never
+// takes another tenant's event with the same event ID for one. Beyond the
+// window, consumers deduplicate on (tenant, event ID) or on (tenant,
+// stream, version), as Consumer does.
 
 // NATSConfig configures the JetStream publisher and subscribers.
 type NATSConfig struct {
@@ -134,7 +136,7 @@ func (m *subjectMarshaler) Marshal(topic string, msg *message.Message) (*nats.Ms
 
 // NewNATSPublisher returns a JetStream publisher for the relay: it creates
 // the topic's stream when missing (AutoProvision), sets Nats-Msg-Id to the
-// event ID (TrackMsgId) and returns from Publish only once JetStream has
+// message UUID (TrackMsgId) and returns from Publish only once JetStream has
 // acknowledged every message.
 func NewNATSPublisher(cfg NATSConfig) (message.Publisher, error) {
 	cfg.setDefaults()
