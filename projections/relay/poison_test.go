@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -631,8 +632,11 @@ func TestRelayRetryWaitsForBatchInFlight(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = pub.Close() })
 	gate := &gatedPublisher{NATSPublisher: pub, entered: make(chan struct{}), release: make(chan struct{})}
+	var released sync.Once
+	open := func() { released.Do(func() { close(gate.release) }) }
 	r := startRelay(ctx, t, d, Config{Topic: topic, Publisher: gate, MaxMessageBytes: 1000, PollInterval: 20 * time.Millisecond,
 		MinErrorBackoff: 20 * time.Millisecond, Logger: quietLogger()})
+	t.Cleanup(open) // runs before the relay is stopped (cleanups run last in, first out)
 	head := lastPosition(ctx, t, admin)
 	waitFor(t, 20*time.Second, "the relay's checkpoint at the log's last event", func() bool { return r.Status().Checkpoint == head })
 
@@ -680,7 +684,7 @@ func TestRelayRetryWaitsForBatchInFlight(t *testing.T) {
 		t.Fatalf("the retry ended while the relay's batch was in flight: %+v, %v", res.rep, res.err)
 	default:
 	}
-	close(gate.release)
+	open()
 	res := <-done
 	if res.err != nil {
 		t.Fatal(res.err)
