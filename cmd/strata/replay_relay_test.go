@@ -120,6 +120,22 @@ FROM strata.watermill_strata_events`).Scan(&out); err != nil || out == nil {
 	if got := published(); got != "order-a v1, order-b v1" {
 		t.Errorf("published [%s], want order a's first event and order b's", got)
 	}
+	code, out, _ := replayCmd("status", "--json")
+	var st struct {
+		Others []struct {
+			Name          string `json:"name"`
+			State         string `json:"state"`
+			ParkedStreams int64  `json:"parked_streams"`
+			DeadLetters   int64  `json:"dead_letters"`
+		} `json:"other_checkpoints"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); code != exitOK || err != nil || len(st.Others) != 1 || st.Others[0].Name != r.Name() ||
+		st.Others[0].State != "running" || st.Others[0].ParkedStreams != 1 || st.Others[0].DeadLetters != 2 {
+		t.Errorf("status --json: %d %v %s; want the relay running with 1 parked stream and 2 dead letters", code, err, out)
+	}
+	if code, out, _ := replayCmd("status"); code != exitOK || !strings.Contains(out, "dlq list --projection "+r.Name()) {
+		t.Errorf("status: %d %s; want a pointer to the relay's dead letters", code, out)
+	}
 
 	id := strconv.FormatInt(head.ID, 10)
 	if code, out, stderr := replayCmd("dlq", "retry", id); code == exitOK || !strings.Contains(out+stderr, "exceeds") {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -102,9 +103,11 @@ func (r *Relay) eventFailed(b *batch, i int, err error) error {
 			return nil
 		}
 		r.panics[k] = n
+		var pe *PanicError
+		errors.As(err, &pe)
 		r.logger.Warn("publishing an event panicked; retrying the batch before its stream is parked",
 			"tenant", rec.Tenant, "stream", rec.Stream, "version", rec.Version, "event_id", rec.ID,
-			"attempt", n, "of", r.cfg.PanicAttempts, "panic", fmt.Sprint(err.(*PanicError).Value), "stack", string(err.(*PanicError).Stack))
+			"attempt", n, "of", r.cfg.PanicAttempts, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 		return fmt.Errorf("event %s/%s v%d, attempt %d of %d: %w", rec.Tenant, rec.Stream, rec.Version, n, r.cfg.PanicAttempts, err)
 	}
 	return err
