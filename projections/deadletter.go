@@ -340,6 +340,15 @@ type parkedHere struct {
 	next time.Time
 }
 
+// Undecoded is a Projection that applies events as stored, never their
+// decoded payloads (the relay's Republisher, which publishes the stored
+// JSON): a retry hands it its letters undecoded (Event.Payload nil), so
+// that a letter is retried whether or not this process has its codec.
+type Undecoded interface {
+	Projection
+	AppliesUndecoded()
+}
+
 // RetryOutcome is what re-applying a parked stream's dead letters did.
 type RetryOutcome struct {
 	Tenant, Stream string
@@ -409,7 +418,12 @@ ORDER BY d.version`, tenant, p.Name(), generation, stream).Query(func(rows pgx.R
 	evs := make([]Event, len(letters))
 	n := len(letters)
 	var fail *retryFailure
+	_, raw := p.(Undecoded)
 	for i, l := range letters {
+		if raw {
+			evs[i] = Event{Record: l.Event}
+			continue
+		}
 		payload, err := reg.DecodeRecord(l.Event)
 		if err != nil {
 			n, fail = i, &retryFailure{at: i, err: err}

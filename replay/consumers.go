@@ -105,6 +105,9 @@ func (s *Service) checkOwners(ctx context.Context, names []string) error {
 		if _, ok := s.processManager(n); ok {
 			continue
 		}
+		if _, ok := s.relays[n]; ok {
+			continue
+		}
 		if rows == nil {
 			var err error
 			if rows, err = s.consumerRows(ctx); err != nil {

@@ -167,6 +167,9 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		if _, ok := s.processManager(name); ok {
 			return nil, true // retried through the process runtime
 		}
+		if p, ok := s.relays[name]; ok {
+			return p, true // re-published (relay.Republisher)
+		}
 		p, ok := consumers[name]
 		return p, ok
 	}
@@ -213,8 +216,10 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 	}
 	// One lease per projection, held while its streams are retried. A
 	// consumer's is taken the same way: the consumer probes its pause lock
-	// in every message's transaction and nacks its messages meanwhile.
-	for _, name := range append(append(s.Names(), s.ProcessNames()...), slices.Sorted(maps.Keys(consumers))...) {
+	// in every message's transaction and nacks its messages meanwhile; so
+	// is a relay's, whose batches probe it too and wait.
+	names := append(append(s.Names(), s.ProcessNames()...), slices.Sorted(maps.Keys(consumers))...)
+	for _, name := range append(names, slices.Sorted(maps.Keys(s.relays))...) {
 		var mine []target
 		for _, t := range targets {
 			if t.projection == name {

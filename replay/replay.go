@@ -91,6 +91,15 @@ type Config struct {
 	// consumer's letters are listed and discarded, not retried. Status and
 	// rebuilds leave consumers alone (they read no log).
 	ConsumerProjection func(consumer string, p projections.Projection) projections.Projection
+	// Relays re-publish the dead letters of relays (relay.Republisher),
+	// each named after its relay's checkpoint (relay_<topic>): the relay
+	// parks a stream whose event it cannot publish under that name, and
+	// the dead-letter operations accept the name wherever they accept a
+	// projection's. A retry re-publishes the stream's letters in order
+	// with it and unparks the stream, holding the relay's pause lock (the
+	// relay publishes nothing meanwhile). Without it a relay's letters are
+	// listed and discarded, not retried.
+	Relays []projections.Projection
 	// Registry decodes payloads (required): the process's one registry. It
 	// is the registry of every runner, shared read, retry and consumer the
 	// service starts, whatever Runner.Registry says.
@@ -111,6 +120,7 @@ type Config struct {
 type Service struct {
 	cfg    Config
 	byName map[string]projections.Projection
+	relays map[string]projections.Projection
 }
 
 // New returns a Service.
@@ -147,6 +157,13 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("replay: projection name %q is too long to rebuild (at most %d characters)", p.Name(), 63-len(rebuildSuffix))
 		}
 		s.byName[p.Name()] = p
+	}
+	s.relays = map[string]projections.Projection{}
+	for _, p := range cfg.Relays {
+		if _, taken := s.byName[p.Name()]; taken {
+			return nil, fmt.Errorf("replay: relay %s has the name of a projection", p.Name())
+		}
+		s.relays[p.Name()] = p
 	}
 	return s, nil
 }

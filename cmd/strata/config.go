@@ -58,6 +58,7 @@ var envVars = map[string]string{
 	"STRATA_RELAY":                     "integration-event relay of the projector role: off, sql (watermill-sql on strata's PostgreSQL) or nats (default nats when STRATA_RELAY_URL is set, else off); docs/relay.md",
 	"STRATA_RELAY_URL":                 "NATS URL of the relay, e.g. nats://nats:4222: committed events are published to NATS JetStream",
 	"STRATA_RELAY_TOPIC":               "relay topic: JetStream stream and subject prefix (default strata_events; the sql relay supports only the default)",
+	"STRATA_RELAY_MAX_MESSAGE_BYTES":   "most a relayed message may weigh (payload and metadata) before its event's stream is parked for its tenant in the dead-letter store (default 0: the transport's own limit, NATS's max_payload); docs/relay.md",
 
 	// What one tenant may hold of the shared capacity, and how long a body may take to arrive.
 	"STRATA_TENANT_IN_FLIGHT_COMMANDS":  "command requests one tenant may have in flight, body upload included, before 429 (default 32, or unlimited)",

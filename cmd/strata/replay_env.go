@@ -122,10 +122,15 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 	for _, sp := range specs {
 		managers = append(managers, sp.Manager)
 	}
+	relays, closeRelays, err := relayRepublishers(e, logger)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", replay.ErrInvalid, err))
+	}
+	closers = append(closers, closeRelays)
 	svc, err := replay.New(replay.Config{Pool: proj, App: app, Owner: owner, Log: log, Logger: logger,
 		Projections: mods.Projections(), Processes: managers, Registry: registry,
 		Runner:             projections.RunnerConfig{BatchSize: batch, Failures: policy},
-		ConsumerProjection: relay.ConsumerProjection})
+		ConsumerProjection: relay.ConsumerProjection, Relays: relays})
 	if err != nil {
 		return fail(err)
 	}

@@ -47,13 +47,15 @@ func replayStatus(ctx context.Context, args []string, e env, stdout, stderr io.W
 			out = append(out, j)
 		}
 		type other struct {
-			Name       string `json:"name"`
-			State      string `json:"state"`
-			Checkpoint string `json:"checkpoint"`
+			Name          string `json:"name"`
+			State         string `json:"state"`
+			Checkpoint    string `json:"checkpoint"`
+			ParkedStreams int64  `json:"parked_streams"`
+			DeadLetters   int64  `json:"dead_letters"`
 		}
 		rows := []other{}
 		for _, cp := range others {
-			rows = append(rows, other{cp.Projection, string(cp.Status), cp.Position.Token()})
+			rows = append(rows, other{cp.Projection, string(cp.Status), cp.Position.Token(), cp.ParkedStreams, cp.ParkedLetters})
 		}
 		type consumer struct {
 			Name          string   `json:"name"`
@@ -88,9 +90,15 @@ func replayStatus(ctx context.Context, args []string, e env, stdout, stderr io.W
 		fmt.Fprintln(stdout, "\nother readers of the log (not projections of this strata):")
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		for _, cp := range others {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", cp.Projection, cp.Status, cp.Position.Token())
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d parked streams, %d dead letters\n", cp.Projection, cp.Status, cp.Position.Token(), cp.ParkedStreams, cp.ParkedLetters)
 		}
 		tw.Flush()
+		// A relay parks the streams of events it cannot publish.
+		for _, cp := range others {
+			if cp.ParkedStreams > 0 {
+				fmt.Fprintf(stdout, "\n%s has %d parked streams: see `strata replay dlq list --projection %s`\n", cp.Projection, cp.ParkedStreams, cp.Projection)
+			}
+		}
 	}
 	if len(consumers) > 0 {
 		fmt.Fprintln(stdout, "\nbroker-fed consumers (their dead letters are in `strata replay dlq list`):")

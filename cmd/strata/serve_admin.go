@@ -63,17 +63,23 @@ func wireAdmin(a *app) error {
 	if err != nil {
 		return err
 	}
+	relays, closeRelays, err := relayRepublishers(a.env, a.logger)
+	if err != nil {
+		return err
+	}
 	svc, err := replay.New(replay.Config{Pool: a.projPool, App: a.appPool, Owner: a.pools.owner, Log: a.log, Logger: a.logger,
 		Projections: a.mods.Projections(), Processes: managers, Registry: a.registry,
 		Runner:             projections.RunnerConfig{Failures: policy},
-		ConsumerProjection: relay.ConsumerProjection})
+		ConsumerProjection: relay.ConsumerProjection, Relays: relays})
 	if err != nil {
+		closeRelays()
 		return err
 	}
 	bg, stop := context.WithCancel(context.Background())
 	a.workers = append(a.workers, worker{name: "admin rebuilds", run: func(ctx context.Context) error {
 		<-ctx.Done()
 		stop() // background rebuilds stop with the process; they resume when started again
+		closeRelays()
 		return nil
 	}})
 	reader := readmodels.NewDB(a.appPool)

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/projections/relay"
@@ -71,8 +75,12 @@ func wireRelay(a *app) error {
 	if err != nil || mode == relayOff {
 		return err
 	}
+	maxBytes, err := relayMaxMessageBytes(a.env)
+	if err != nil {
+		return err
+	}
 	wake := projections.NewSignal()
-	cfg := relay.Config{Topic: topic, Wake: wake.C, Logger: a.logger}
+	cfg := relay.Config{Topic: topic, MaxMessageBytes: maxBytes, Wake: wake.C, Logger: a.logger}
 	closePub := func() {}
 	switch mode {
 	case relayNATS:
@@ -117,4 +125,44 @@ func wireRelay(a *app) error {
 	}
 	a.logger.Info("relay on", "transport", mode, "topic", topic, "to", where, "checkpoint", r.Name())
 	return nil
+}
+
+// relayMaxMessageBytes reads STRATA_RELAY_MAX_MESSAGE_BYTES (0, the
+// default: the transport's own limit only).
+func relayMaxMessageBytes(e env) (int64, error) {
+	v := e.str("STRATA_RELAY_MAX_MESSAGE_BYTES", "")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("STRATA_RELAY_MAX_MESSAGE_BYTES=%q: want a number of bytes (0: the transport's limit)", v)
+	}
+	return n, nil
+}
+
+// relayRepublishers returns what retries the relay's dead letters
+// (replay.Config.Relays) when the relay is on, from the same settings as
+// the relay, and what closes it: on NATS its own connection, opened at the
+// first retry of a relay letter, never before.
+func relayRepublishers(e env, logger *slog.Logger) ([]projections.Projection, func(), error) {
+	mode, natsURL, topic, err := relaySettings(e)
+	if err != nil || mode == relayOff {
+		return nil, func() {}, err
+	}
+	maxBytes, err := relayMaxMessageBytes(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := relay.RepublishConfig{Topic: topic, MaxMessageBytes: maxBytes, SQL: mode == relaySQL}
+	if mode == relayNATS {
+		cfg.Publisher = func() (message.Publisher, error) {
+			return relay.NewNATSPublisher(relay.NATSConfig{URL: natsURL, Name: "strata-relay-retry", Logger: logger})
+		}
+	}
+	rp, err := relay.NewRepublisher(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []projections.Projection{rp}, func() { _ = rp.Close() }, nil
 }

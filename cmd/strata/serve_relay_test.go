@@ -86,7 +86,7 @@ func TestServeRelaysToSQL(t *testing.T) {
 		var n int
 		var tenant, typ string
 		err := conn.QueryRow(ctx, `SELECT count(*), coalesce(max(m.metadata->>'tenant'), ''), coalesce(max(m.metadata->>'type'), '')
-FROM strata.watermill_strata_events m JOIN strata.events e ON e.event_id = m.uuid::uuid`).Scan(&n, &tenant, &typ)
+FROM strata.watermill_strata_events m JOIN strata.events e ON e.event_id = (m.metadata->>'event_id')::uuid AND e.tenant_id = m.metadata->>'tenant'`).Scan(&n, &tenant, &typ)
 		if err != nil {
 			t.Fatal(err)
 		}

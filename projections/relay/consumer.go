@@ -330,6 +330,7 @@ func (h *handler) observe(next message.HandlerFunc) message.HandlerFunc {
 				attribute.String("messaging.consumer.group.name", h.name),
 				attribute.String("messaging.message.id", msg.UUID),
 				attribute.String("strata.tenant", msg.Metadata.Get(MetaTenant)),
+				attribute.String("strata.event_id", msg.Metadata.Get(MetaEventID)),
 				attribute.String("strata.stream", msg.Metadata.Get(MetaStream)),
 				attribute.String("strata.version", msg.Metadata.Get(MetaVersion)),
 			))

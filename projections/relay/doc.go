@@ -7,8 +7,12 @@
 // active relay across processes through a session advisory lock). It
 // publishes each batch in log order and advances its checkpoint only after
 // the batch is acknowledged: by NATS JetStream (at-least-once, deduplicated
-// by event ID within JetStream's window), or inside the checkpoint's own
-// transaction by watermill-sql on the same PostgreSQL (exactly once).
+// by message ID — tenant and event ID — within JetStream's window), or
+// inside the checkpoint's own transaction by watermill-sql on the same
+// PostgreSQL (exactly once). An event it cannot publish (too large for the
+// transport, refused as invalid) parks its stream for its tenant in the
+// dead-letter store, where Republisher retries it; a broker that fails is
+// retried, never parked (poison.go).
 //
 // The consuming side is a Consumer: a watermill Router whose handler turns
 // each message back into an event.Record and applies it to a projection's

@@ -227,22 +227,31 @@ func eventID(i int) string {
 // the log as a superuser, in one transaction: fast, and the log's order is
 // exactly evs' order.
 func seed(ctx context.Context, conn *pgx.Conn, from int, evs []genEvent) error {
+	ids := make([]string, len(evs))
+	for i := range evs {
+		ids[i] = eventID(from + i)
+	}
+	if err := seedIDs(ctx, conn, evs, ids); err != nil {
+		return fmt.Errorf("seed events %d..%d: %w", from, from+len(evs), err)
+	}
+	return nil
+}
+
+// seedIDs is seed with the events' IDs given.
+func seedIDs(ctx context.Context, conn *pgx.Conn, evs []genEvent, ids []string) error {
 	n := len(evs)
-	tenants, streams, ids, types, datas, mds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	tenants, streams, types, datas, mds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions, svs := make([]int64, n), make([]int32, n)
 	for i, e := range evs {
 		md, _ := json.Marshal(e.Metadata)
-		tenants[i], streams[i], versions[i], ids[i], types[i], svs[i], datas[i], mds[i] = e.Tenant, e.Stream, e.Version, eventID(from+i), e.Type, int32(e.SchemaVersion), string(e.Data), string(md)
+		tenants[i], streams[i], versions[i], types[i], svs[i], datas[i], mds[i] = e.Tenant, e.Stream, e.Version, e.Type, int32(e.SchemaVersion), string(e.Data), string(md)
 	}
 	_, err := conn.Exec(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
 SELECT tenant_id, stream_id, version, event_id::uuid, event_type, schema_version, data::jsonb, metadata::jsonb
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[])
     WITH ORDINALITY AS e(tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata, ord)
 ORDER BY ord`, tenants, streams, versions, ids, types, svs, datas, mds)
-	if err != nil {
-		return fmt.Errorf("seed events %d..%d: %w", from, from+n, err)
-	}
-	return nil
+	return err
 }
 
 func adminConn(ctx context.Context, t testing.TB, adminURL string) *pgx.Conn {

@@ -19,8 +19,9 @@ import (
 const (
 	// MetaTenant is the event's tenant.
 	MetaTenant = "tenant"
-	// MetaEventID is the event's ID, which is also the message UUID: it is
-	// stable across re-publication, so consumers can deduplicate on it.
+	// MetaEventID is the event's own ID: stable across re-publication, so
+	// consumers deduplicate on it (with the tenant: an event ID is unique
+	// per tenant only). The message UUID is MessageID(tenant, event ID).
 	MetaEventID = "event_id"
 	// MetaStream and MetaVersion place the event in its stream (versions
 	// start at 1 and are contiguous).
@@ -55,10 +56,30 @@ const (
 // is missing or malformed).
 var ErrBadMessage = errors.New("not a relayed event")
 
+// messageIDSpace is the UUIDv5 namespace of message IDs: the SHA-1 name
+// UUID of "github.com/strata-es/strata/relay/message-id" in the URL
+// namespace. Part of the wire format: changing it changes every message
+// ID, and JetStream would take re-publications for new messages.
+var messageIDSpace = uuid.MustParse("6176ed57-387b-5961-893a-30e7274c5adc")
+
+// MessageID is the message UUID of the event id of tenant: the UUIDv5 of
+// "<tenant>/<event ID>" under a fixed namespace. An event ID is unique
+// within its tenant only (an archive imported under another tenant ID may
+// keep its IDs), and the message UUID is JetStream's de-duplication key
+// (Nats-Msg-Id): keyed on the bare event ID, a second tenant's event was
+// taken for a re-publication of the first and dropped. Derived, not
+// random, so that a re-publication of the same event (after a crash
+// between the broker's ack and the checkpoint) keeps its ID and is still
+// deduplicated.
+func MessageID(tenant, id string) string {
+	return uuid.NewSHA1(messageIDSpace, []byte(tenant+"/"+id)).String()
+}
+
 // NewMessage turns a stored event into a message: the payload is the
-// event's JSON, the UUID its ID, and the metadata carry everything else.
+// event's JSON, the UUID MessageID(tenant, event ID), and the metadata
+// carry everything else (the event's own ID in MetaEventID).
 func NewMessage(rec event.Record) *message.Message {
-	msg := message.NewMessage(rec.ID, message.Payload(rec.Data))
+	msg := message.NewMessage(MessageID(rec.Tenant, rec.ID), message.Payload(rec.Data))
 	md := msg.Metadata
 	md.Set(MetaTenant, rec.Tenant)
 	md.Set(MetaEventID, rec.ID)
@@ -111,11 +132,13 @@ func RecordFromMessage(msg *message.Message) (event.Record, error) {
 	if _, err := uuid.Parse(rec.ID); err != nil {
 		return bad("%s %q is not a UUID", MetaEventID, rec.ID)
 	}
-	if msg.UUID != rec.ID {
-		return bad("%s %q differs from the message UUID", MetaEventID, rec.ID)
-	}
 	if !tenantPattern.MatchString(rec.Tenant) {
 		return bad("%s %q is not a tenant ID", MetaTenant, rec.Tenant)
+	}
+	// A message published before message IDs named the tenant has the bare
+	// event ID as its UUID; both identify the event.
+	if msg.UUID != MessageID(rec.Tenant, rec.ID) && msg.UUID != rec.ID {
+		return bad("message UUID is neither MessageID(%s, %s) nor the event ID", rec.Tenant, rec.ID)
 	}
 	if rec.Stream == "" || len(rec.Stream) > 200 {
 		return bad("%s %q: want 1 to 200 bytes", MetaStream, rec.Stream)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -43,8 +44,18 @@ func TestMessageRoundTrip(t *testing.T) {
 	t.Parallel()
 	rec := sampleRecord()
 	msg := NewMessage(rec)
-	if msg.UUID != rec.ID {
-		t.Errorf("message UUID %s, want the event ID %s", msg.UUID, rec.ID)
+	// The message UUID names the tenant and the event (issue 29): stable for
+	// the event, another for the same event ID in another tenant.
+	if want := uuid.NewSHA1(uuid.MustParse("6176ed57-387b-5961-893a-30e7274c5adc"), []byte(rec.Tenant+"/"+rec.ID)).String(); msg.UUID != want {
+		t.Errorf("message UUID %s, want the UUIDv5 of tenant and event ID %s", msg.UUID, want)
+	}
+	if msg.UUID == rec.ID || NewMessage(rec).UUID != msg.UUID {
+		t.Errorf("message UUID %s: want one derived from, and unlike, the event ID %s, the same at every publication", msg.UUID, rec.ID)
+	}
+	other := rec
+	other.Tenant = "acme-copy"
+	if m := NewMessage(other); m.UUID == msg.UUID || m.Metadata.Get(MetaEventID) != rec.ID {
+		t.Errorf("the same event ID in another tenant: message UUID %s (want unlike %s), event_id %s (want %s)", m.UUID, msg.UUID, m.Metadata.Get(MetaEventID), rec.ID)
 	}
 	want := map[string]string{
 		"tenant": "acme", "event_id": rec.ID, "stream": "order-o-1", "version": "3", "type": "order.placed", "schema_version": "1",
@@ -61,6 +72,14 @@ func TestMessageRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, rec) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", got, rec)
+	}
+
+	// A message published before message IDs named the tenant (its UUID is
+	// the bare event ID) still reads back.
+	legacy := NewMessage(rec)
+	legacy.UUID = rec.ID
+	if got, err := RecordFromMessage(legacy); err != nil || !reflect.DeepEqual(got, rec) {
+		t.Errorf("message with the event ID as UUID: %+v, %v; want the record", got, err)
 	}
 
 	// Empty optional metadata is left out.
@@ -206,8 +225,8 @@ func TestMetadataAndTraceThroughTransports(t *testing.T) {
 				if raw.Subject != tr.topic+".t-1.order.created" {
 					t.Errorf("subject %s, want %s.t-1.order.created", raw.Subject, tr.topic)
 				}
-				if id := raw.Header.Get(nats.MsgIdHdr); id != want.ID {
-					t.Errorf("Nats-Msg-Id %q, want the event ID %s", id, want.ID)
+				if id := raw.Header.Get(nats.MsgIdHdr); id != MessageID("t-1", want.ID) || raw.Header.Get(MetaEventID) != want.ID {
+					t.Errorf("Nats-Msg-Id %q, event_id %q: want MessageID(t-1, %s) and the event ID", id, raw.Header.Get(MetaEventID), want.ID)
 				}
 			}
 
@@ -246,7 +265,7 @@ func TestMetadataAndTraceThroughTransports(t *testing.T) {
 				for _, a := range s.Attributes() {
 					attrs[string(a.Key)] = a.Value.Emit()
 				}
-				if attrs["strata.tenant"] != "t-1" || attrs["messaging.message.id"] != want.ID || attrs["strata.attempts"] != strconv.Itoa(1) {
+				if attrs["strata.tenant"] != "t-1" || attrs["messaging.message.id"] != MessageID("t-1", want.ID) || attrs["strata.event_id"] != want.ID || attrs["strata.attempts"] != strconv.Itoa(1) {
 					t.Errorf("span attributes %v", attrs)
 				}
 			}

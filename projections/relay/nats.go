@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/textproto"
 	"regexp"
 	"strings"
 	"time"
@@ -28,11 +29,13 @@ import (
 // therefore arrive in version order as long as the consumer has at most
 // one message in flight (MaxAckPending 1, as NATSSubscriber sets).
 //
-// Every message carries Nats-Msg-Id = the event ID, so JetStream drops a
-// re-publication of the same event within the stream's duplicate window
-// (2 minutes by default) — the usual case after a relay crash between
-// publishing and checkpointing. Beyond the window, consumers deduplicate
-// on the event ID or on (tenant, stream, version), as Consumer does.
+// Every message carries Nats-Msg-Id = the message UUID, MessageID(tenant,
+// event ID), so JetStream drops a re-publication of the same event within
+// the stream's duplicate window (2 minutes by default) — the usual case
+// after a relay crash between publishing and checkpointing — and never
+// takes another tenant's event with the same event ID for one. Beyond the
+// window, consumers deduplicate on (tenant, event ID) or on (tenant,
+// stream, version), as Consumer does.
 
 // NATSConfig configures the JetStream publisher and subscribers.
 type NATSConfig struct {
@@ -132,19 +135,34 @@ func (m *subjectMarshaler) Marshal(topic string, msg *message.Message) (*nats.Ms
 	return nm, nil
 }
 
+// NATSPublisher is the relay's JetStream publisher (NewNATSPublisher).
+type NATSPublisher struct {
+	*wnats.Publisher
+	conn      *nats.Conn
+	marshaler wnats.Marshaler
+}
+
+var (
+	_ message.Publisher = (*NATSPublisher)(nil)
+	_ MessageChecker    = (*NATSPublisher)(nil)
+)
+
 // NewNATSPublisher returns a JetStream publisher for the relay: it creates
 // the topic's stream when missing (AutoProvision), sets Nats-Msg-Id to the
-// event ID (TrackMsgId) and returns from Publish only once JetStream has
+// message UUID (TrackMsgId) and returns from Publish only once JetStream has
 // acknowledged every message.
-func NewNATSPublisher(cfg NATSConfig) (message.Publisher, error) {
+func NewNATSPublisher(cfg NATSConfig) (*NATSPublisher, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	pub, err := wnats.NewPublisher(wnats.PublisherConfig{
-		URL:               cfg.URL,
-		NatsOptions:       cfg.options(),
-		Marshaler:         &subjectMarshaler{},
+	conn, err := nats.Connect(cfg.URL, cfg.options()...)
+	if err != nil {
+		return nil, fmt.Errorf("nats publisher: connect: %w", err)
+	}
+	marshaler := &subjectMarshaler{}
+	pub, err := wnats.NewPublisherWithNatsConn(conn, wnats.PublisherPublishConfig{
+		Marshaler:         marshaler,
 		SubjectCalculator: natsSubjects,
 		JetStream: wnats.JetStreamConfig{
 			AutoProvision:  true,
@@ -153,9 +171,43 @@ func NewNATSPublisher(cfg NATSConfig) (message.Publisher, error) {
 		},
 	}, watermillLogger(cfg.Logger))
 	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("nats publisher: %w", err)
 	}
-	return pub, nil
+	return &NATSPublisher{Publisher: pub, conn: conn, marshaler: marshaler}, nil
+}
+
+// CheckMessage implements MessageChecker: msg as it would go on the wire
+// to topic (payload, and the headers that carry its metadata, its UUID and
+// Nats-Msg-Id) must fit in the server's max_payload, which the server
+// announces in its INFO (1 MiB by default) and nats.go enforces on every
+// publication (nats.ErrMaxPayload).
+func (p *NATSPublisher) CheckMessage(topic string, msg *message.Message) error {
+	nm, err := p.marshaler.Marshal(topic, msg)
+	if err != nil {
+		return err
+	}
+	size := int64(len(nm.Data)) + natsHeaderSize(nm.Header, msg.UUID)
+	if max := p.conn.MaxPayload(); max > 0 && size > max {
+		return &TooLargeError{Size: size, Max: max, Limit: "maximum payload of the NATS server (max_payload)"}
+	}
+	return nil
+}
+
+// natsHeaderSize is the size of h on the wire once JetStream's publish adds
+// Nats-Msg-Id = msgID, as nats.go counts it (Msg.headerSize).
+func natsHeaderSize(h nats.Header, msgID string) int64 {
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		if k == nats.MsgIdHdr {
+			continue
+		}
+		for _, v := range vs {
+			n += len(k) + len(textproto.TrimString(v)) + 4 // ": " and CRLF
+		}
+	}
+	n += len(nats.MsgIdHdr) + len(msgID) + 4
+	return int64(n)
 }
 
 // NewNATSSubscriber returns a JetStream subscriber for one consumer: a

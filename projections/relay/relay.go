@@ -68,6 +68,16 @@ type Config struct {
 	// batch is tried again (defaults 500ms and 30s). A batch is never
 	// skipped.
 	MinErrorBackoff, MaxErrorBackoff time.Duration
+	// MaxMessageBytes is the most a message may weigh (its payload and its
+	// metadata's keys and values); 0 leaves only the transport's own limit,
+	// which a publisher implementing MessageChecker reports (NATSPublisher:
+	// the server's max_payload). An event above either limit cannot be
+	// published: its stream is parked for its tenant (poison.go).
+	MaxMessageBytes int64
+	// PanicAttempts is how often the relay tries an event whose publishing
+	// panics before it parks the event's stream (default 3); the batch is
+	// retried with backoff meanwhile.
+	PanicAttempts int
 	// FinishTimeout bounds each batch from read to checkpoint; on shutdown
 	// the batch in flight may finish within it (default 15s, below serve's
 	// shutdown timeout).
@@ -98,6 +108,9 @@ func (c *Config) setDefaults() {
 	def(&c.MinErrorBackoff, 500*time.Millisecond)
 	def(&c.MaxErrorBackoff, 30*time.Second)
 	def(&c.FinishTimeout, 15*time.Second)
+	if c.PanicAttempts == 0 {
+		c.PanicAttempts = 3
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -124,6 +137,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", d.name, d.v))
 		}
 	}
+	if c.MaxMessageBytes < 0 {
+		errs = append(errs, fmt.Errorf("max message bytes %d: want 0 (the transport's limit) or more", c.MaxMessageBytes))
+	}
+	if c.PanicAttempts < 1 {
+		errs = append(errs, fmt.Errorf("panic attempts %d: want 1 or more", c.PanicAttempts))
+	}
 	if c.MaxErrorBackoff < c.MinErrorBackoff {
 		errs = append(errs, errors.New("max error backoff is below min error backoff"))
 	}
@@ -136,6 +155,7 @@ type Status struct {
 	State      projections.State
 	Checkpoint event.Position // as of the last advance
 	Published  int64          // messages published by this Relay value (re-publications included)
+	Parked     int64          // events this Relay value parked in the dead-letter store
 	LastError  string
 	ErrorAt    time.Time
 }
@@ -151,6 +171,8 @@ type Relay struct {
 	logger *slog.Logger
 
 	published atomic.Int64
+	parked    atomic.Int64
+	panics    map[string]int // owned by Run: attempts of events whose publishing panicked
 	mu        sync.Mutex
 	status    Status
 
@@ -174,6 +196,7 @@ func New(log eventstore.Log, pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		name:   name,
 		logger: cfg.Logger.With("relay", name),
 		status: Status{Name: name, State: projections.StateStopped},
+		panics: map[string]int{},
 	}, nil
 }
 
@@ -189,7 +212,7 @@ func (r *Relay) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.status
-	s.Published = r.published.Load()
+	s.Published, s.Parked = r.published.Load(), r.parked.Load()
 	return s
 }
 
@@ -278,8 +301,19 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FinishTimeout)
 		n, err := r.step(sctx, conn)
 		cancel()
+		if errors.Is(err, errPaused) {
+			// A dead-letter tool works on the relay's letters; it is done
+			// within seconds.
+			r.logger.Debug("relay paused by a dead-letter operation")
+			if !pgsession.Sleep(ctx, min(r.cfg.PollInterval, 100*time.Millisecond)) {
+				r.stop(conn)
+				return nil
+			}
+			continue
+		}
 		if err != nil {
-			if conn.IsClosed() || db.IsUnavailable(err) || errors.Is(err, errCheckpointMoved) {
+			var broker *brokerError
+			if conn.IsClosed() || (!errors.As(err, &broker) && db.IsUnavailable(err)) || errors.Is(err, errCheckpointMoved) {
 				return err
 			}
 			errDelay = min(max(2*errDelay, r.cfg.MinErrorBackoff), r.cfg.MaxErrorBackoff)
@@ -320,7 +354,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // step publishes one batch after the checkpoint and advances the
-// checkpoint. It returns how many events it published (0: none visible).
+// checkpoint. It returns how many events it passed (0: none visible):
+// published, parked under the poison rule (parking.go, poison.go) or
+// skipped as copies of a moved tenant.
 func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	recs, err := r.log.ReadAll(ctx, r.checkpoint, r.cfg.BatchSize)
 	if err != nil {
@@ -330,62 +366,58 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, nil
 	}
 	// A tenant that arrived by a move: the copies of its events were
-	// published by the placement it left (their message IDs are the
-	// events' own, but a consumer's deduplication window is short).
+	// published by the placement it left (their message IDs are the same,
+	// but a consumer's deduplication window is short).
 	arrived, err := projections.ReadArrivals(ctx, conn, true)
 	if err != nil {
 		return 0, err
 	}
-	msgs := make([]*message.Message, 0, len(recs))
-	uses := make([]projections.LedgerUse, len(recs))
-	for i, rec := range recs {
-		if arrived.Copied(rec) {
-			continue // skipped in the ledger
-		}
-		uses[i] = projections.LedgerApplied
-		m := NewMessage(rec)
-		m.SetContext(ctx)
-		msgs = append(msgs, m)
-	}
-	next := recs[len(recs)-1].Position
 	if err := r.ledger.Load(ctx, conn, recs); err != nil {
 		return 0, err
 	}
-	var counted projections.LedgerBatch
-	if r.cfg.Publisher != nil {
-		if err := publish(r.cfg.Publisher, r.cfg.Topic, msgs); err != nil {
-			return 0, fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
-		}
-		r.published.Add(int64(len(msgs)))
-		r.logger.DebugContext(ctx, "published batch", "events", len(msgs), "first", recs[0].Position.String(), "last", next.String())
-		failpoint.Hit(FailpointAfterPublish)
-		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			counted, err = advance(ctx, tx, r.ledger, r.name, recs, uses, r.checkpoint, next)
-			return err
-		}); err != nil {
-			return 0, err
-		}
-	} else {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			pub, err := r.cfg.TxPublisher(tx)
-			if err != nil {
-				return err
-			}
-			if err := publish(pub, r.cfg.Topic, msgs); err != nil {
-				return fmt.Errorf("publish %d events after %s: %w", len(msgs), r.checkpoint, err)
-			}
-			if counted, err = advance(ctx, tx, r.ledger, r.name, recs, uses, r.checkpoint, next); err != nil {
-				return err
-			}
-			failpoint.Hit(FailpointBeforeCommit)
-			return nil
-		})
-		if err != nil {
-			return 0, err
-		}
-		r.published.Add(int64(len(msgs)))
-		r.logger.DebugContext(ctx, "published batch", "events", len(msgs), "first", recs[0].Position.String(), "last", next.String())
+	next := recs[len(recs)-1].Position
+	tx, parked, err := r.begin(ctx, conn, recs)
+	if err != nil {
+		return 0, err
 	}
+	defer rollback(ctx, tx) // a no-op once committed
+	b, err := r.plan(ctx, recs, arrived, parked)
+	if err != nil {
+		return 0, r.publishFailed(fmt.Errorf("publish events after %s: %w", r.checkpoint, err))
+	}
+	pub := func(msgs []*message.Message) error { return safePublish(r.cfg.Publisher, r.cfg.Topic, msgs) }
+	if r.cfg.Publisher == nil {
+		pub = func(msgs []*message.Message) error { return r.publishTx(ctx, tx, msgs) }
+	}
+	if err := r.publish(b, pub); err != nil {
+		return 0, r.publishFailed(fmt.Errorf("publish %d events after %s: %w", len(b.pending()), r.checkpoint, err))
+	}
+	published := int64(len(b.pending()))
+	if r.cfg.Publisher != nil {
+		r.published.Add(published)
+		r.logger.DebugContext(ctx, "published batch", "events", published, "first", recs[0].Position.String(), "last", next.String())
+		failpoint.Hit(FailpointAfterPublish)
+	}
+	if err := r.park(ctx, tx, b); err != nil {
+		return 0, err
+	}
+	counted, err := advance(ctx, tx, r.ledger, r.name, recs, b.uses, r.checkpoint, next)
+	if err != nil {
+		return 0, err
+	}
+	if r.cfg.TxPublisher != nil {
+		failpoint.Hit(FailpointBeforeCommit)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit batch after %s: %w", r.checkpoint, err)
+	}
+	if r.cfg.TxPublisher != nil {
+		r.published.Add(published)
+		r.logger.DebugContext(ctx, "published batch", "events", published, "first", recs[0].Position.String(), "last", next.String())
+	}
+	r.logParks(b)
+	r.parked.Add(int64(countParked(b)))
+	clear(r.panics)
 	r.checkpoint = next
 	r.ledger.Commit(counted)
 	r.mu.Lock()
@@ -394,12 +426,33 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	return len(recs), nil
 }
 
-// publish publishes msgs unless there are none (a batch of copies only).
-func publish(p message.Publisher, topic string, msgs []*message.Message) error {
-	if len(msgs) == 0 {
-		return nil
+// brokerError is a failure of a broker's publisher. It may look like a
+// database that is unavailable (nats.go reports a JetStream publication
+// that timed out as context.DeadlineExceeded, a net.Error), but the
+// relay's session is fine: the batch is retried on it, with the error
+// recorded on the checkpoint row, instead of the session being dropped.
+type brokerError struct{ err error }
+
+func (e *brokerError) Error() string { return e.err.Error() }
+func (e *brokerError) Unwrap() error { return e.err }
+
+// publishFailed marks err as the broker's when the relay publishes to one;
+// watermill-sql's failures are the database's own.
+func (r *Relay) publishFailed(err error) error {
+	if r.cfg.Publisher != nil {
+		return &brokerError{err}
 	}
-	return p.Publish(topic, msgs...)
+	return err
+}
+
+func countParked(b *batch) int {
+	n := 0
+	for _, u := range b.uses {
+		if u == projections.LedgerParked {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *Relay) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn time.Duration) {

@@ -157,7 +157,8 @@ func (s *syncWriter) String() string {
 	return s.w.String()
 }
 
-// delivery is one message as a subscriber handed it to the consumer.
+// delivery is one message as a subscriber handed it to the consumer: its
+// event ID, tenant/stream and version.
 type delivery struct {
 	id, key string
 	version int64
@@ -181,7 +182,7 @@ func (s *tap) Subscribe(ctx context.Context, topic string) (<-chan *message.Mess
 		for m := range in {
 			v, _ := strconv.ParseInt(m.Metadata.Get(MetaVersion), 10, 64)
 			s.mu.Lock()
-			s.seen = append(s.seen, delivery{id: m.UUID, key: m.Metadata.Get(MetaTenant) + "/" + m.Metadata.Get(MetaStream), version: v})
+			s.seen = append(s.seen, delivery{id: m.Metadata.Get(MetaEventID), key: m.Metadata.Get(MetaTenant) + "/" + m.Metadata.Get(MetaStream), version: v})
 			s.mu.Unlock()
 			out <- m
 		}
@@ -226,7 +227,8 @@ func checkDeliveries(t *testing.T, name string, evs []genEvent, ds []delivery) i
 // advance (so that batch is published again), once at a random moment.
 // Two broker-fed projections consume meanwhile. Every event must reach the
 // consumer at least once, every stream in version order, JetStream must
-// hold each event exactly once (Nats-Msg-Id = event ID), and the read
+// hold each event exactly once (Nats-Msg-Id = MessageID of tenant and
+// event ID), and the read
 // models fed from the broker must equal the ones fed from the store.
 func TestRelayNATSUnderKill(t *testing.T) {
 	t.Parallel()

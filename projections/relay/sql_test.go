@@ -89,9 +89,11 @@ func TestRelaySQLEndToEnd(t *testing.T) {
 	// Exactly once, in log order: the topic's rows ordered as subscribers
 	// read them are the log.
 	var inOrder, count int
-	if err := admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE m.uuid::uuid = e.event_id)
-FROM (SELECT uuid, row_number() OVER (ORDER BY transaction_id, "offset") AS n FROM strata.watermill_strata_events) m
-JOIN (SELECT event_id, row_number() OVER (ORDER BY tx_id, position) AS n FROM strata.events) e USING (n)`).Scan(&count, &inOrder); err != nil {
+	// A row is its event by tenant and event ID (metadata; the row's uuid is
+	// MessageID of the two).
+	if err := admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE (m.metadata->>'event_id')::uuid = e.event_id AND m.metadata->>'tenant' = e.tenant_id)
+FROM (SELECT metadata, row_number() OVER (ORDER BY transaction_id, "offset") AS n FROM strata.watermill_strata_events) m
+JOIN (SELECT tenant_id, event_id, row_number() OVER (ORDER BY tx_id, position) AS n FROM strata.events) e USING (n)`).Scan(&count, &inOrder); err != nil {
 		t.Fatal(err)
 	}
 	var rowsTotal int

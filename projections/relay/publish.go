@@ -1,0 +1,181 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/projections"
+)
+
+// batch is what becomes of each event of a batch read from the log:
+// published (its message), parked (why, after how many attempts) or
+// skipped (a copy that arrived by a tenant move).
+type batch struct {
+	recs     []event.Record
+	uses     []projections.LedgerUse
+	msgs     []*message.Message // the message of each event to publish, nil otherwise
+	reasons  []string           // a parked head's failure ("" behind a head)
+	attempts []int              // a parked head's failed attempts
+	// parked holds the streams parked before the batch and those it parks:
+	// every later event of them is parked behind.
+	parked map[streamKey]bool
+	heads  []int // events the batch parks as their stream's head
+}
+
+// publishFunc publishes msgs, all or nothing as far as the caller knows.
+type publishFunc func(msgs []*message.Message) error
+
+// plan decides, before anything is published, what becomes of each event:
+// copies are skipped, events of parked streams parked behind their head,
+// and every other event is checked against the size limits (the
+// configured one and the publisher's, e.g. NATS's max_payload) and either
+// parked as its stream's head or queued for publishing. It returns an
+// error only for a failure that is not the event's (the batch is then
+// retried).
+func (r *Relay) plan(ctx context.Context, recs []event.Record, arrived projections.Arrivals, parked map[streamKey]bool) (*batch, error) {
+	n := len(recs)
+	b := &batch{recs: recs, uses: make([]projections.LedgerUse, n), msgs: make([]*message.Message, n),
+		reasons: make([]string, n), attempts: make([]int, n), parked: parked}
+	pub := any(r.cfg.Publisher)
+	for i, rec := range recs {
+		if arrived.Copied(rec) {
+			continue // skipped in the ledger
+		}
+		if b.parked[keyOf(rec)] {
+			b.parkBehind(i)
+			continue
+		}
+		m := NewMessage(rec)
+		m.SetContext(ctx)
+		if err := checkMessage(pub, r.cfg.Topic, m, r.cfg.MaxMessageBytes); err != nil {
+			if err := r.eventFailed(b, i, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		b.msgs[i], b.uses[i] = m, projections.LedgerApplied
+	}
+	return b, nil
+}
+
+func (b *batch) parkBehind(i int) {
+	b.msgs[i], b.uses[i] = nil, projections.LedgerParked
+}
+
+func (b *batch) parkHead(i int, err error, attempts int) {
+	b.msgs[i], b.uses[i], b.reasons[i], b.attempts[i] = nil, projections.LedgerParked, err.Error(), attempts
+	b.parked[keyOf(b.recs[i])] = true
+	b.heads = append(b.heads, i)
+}
+
+// pending returns the messages to publish, in log order.
+func (b *batch) pending() []*message.Message {
+	var out []*message.Message
+	for _, m := range b.msgs {
+		if m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// eventFailed applies the poison rule to recs[i], whose message failed
+// with err: a permanent failure parks its stream now; a panic parks it
+// after PanicAttempts (until then the batch is retried); any other failure
+// is returned, and the batch is retried without parking anything.
+func (r *Relay) eventFailed(b *batch, i int, err error) error {
+	rec := b.recs[i]
+	switch classify(err) {
+	case failPermanent:
+		b.parkHead(i, err, 1)
+		return nil
+	case failPanic:
+		k := rec.Tenant + "/" + rec.ID
+		n := r.panics[k] + 1
+		if n >= r.cfg.PanicAttempts {
+			delete(r.panics, k)
+			b.parkHead(i, err, n)
+			return nil
+		}
+		r.panics[k] = n
+		var pe *PanicError
+		errors.As(err, &pe)
+		r.logger.Warn("publishing an event panicked; retrying the batch before its stream is parked",
+			"tenant", rec.Tenant, "stream", rec.Stream, "version", rec.Version, "event_id", rec.ID,
+			"attempt", n, "of", r.cfg.PanicAttempts, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		return fmt.Errorf("event %s/%s v%d, attempt %d of %d: %w", rec.Tenant, rec.Stream, rec.Version, n, r.cfg.PanicAttempts, err)
+	}
+	return err
+}
+
+// publish publishes the batch's messages with pub, all at once. When that
+// fails for a reason that may be one message's (a permanent failure or a
+// panic; not a broker that does not answer), it publishes them again one
+// at a time, in log order, to find the message: the poison rule then parks
+// its stream, and the events of that stream behind it, and the rest is
+// published. Messages published before the failure are published again
+// (JetStream drops them by their Nats-Msg-Id within its duplicate window;
+// watermill-sql rolled them back with their savepoint).
+func (r *Relay) publish(b *batch, pub publishFunc) error {
+	msgs := b.pending()
+	if len(msgs) == 0 {
+		return nil
+	}
+	err := pub(msgs)
+	if err == nil || classify(err) == failTransient {
+		return err
+	}
+	for i, m := range b.msgs {
+		if m == nil {
+			continue
+		}
+		if b.parked[keyOf(b.recs[i])] {
+			b.parkBehind(i)
+			continue
+		}
+		if err := pub([]*message.Message{m}); err != nil {
+			if err := r.eventFailed(b, i, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// publishTx publishes msgs with the TxPublisher into tx, inside a
+// savepoint: a message the transport refuses rolls back only what this
+// call wrote, and the batch's transaction goes on.
+func (r *Relay) publishTx(ctx context.Context, tx pgx.Tx, msgs []*message.Message) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	pub, err := r.cfg.TxPublisher(sp)
+	if err == nil {
+		err = safePublish(pub, r.cfg.Topic, msgs)
+	}
+	if err != nil {
+		rollback(ctx, sp)
+		return err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
+}
+
+// logParks reports the streams a committed batch parked.
+func (r *Relay) logParks(b *batch) {
+	for _, i := range b.heads {
+		rec := b.recs[i]
+		r.logger.Error("event cannot be published: its stream is parked for its tenant in the dead-letter store, every other stream goes on; "+
+			"retry or discard it with `strata replay dlq`",
+			"tenant", rec.Tenant, "stream", rec.Stream, "version", rec.Version, "event_id", rec.ID, "type", rec.Type,
+			"attempts", b.attempts[i], "error", b.reasons[i])
+	}
+}
