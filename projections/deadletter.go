@@ -453,7 +453,7 @@ func commitRetry(ctx context.Context, conn *pgx.Conn, p Projection, key, generat
 	owner := []int{ownerRunner, ownerRunner}
 	for i, ev := range evs {
 		n := b.Len()
-		if err := p.Apply(b, ev); err != nil {
+		if err := ApplyEvent(p, b, ev); err != nil {
 			return &EventError{Projection: p.Name(), Index: i, Event: ev.Record, Err: err}
 		}
 		for range b.Len() - n {

@@ -357,7 +357,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			}
 			if len(evs) > 0 {
 				n := b.Len()
-				if err := bp.ApplyBatch(b, evs); err != nil {
+				if err := ApplyEvents(bp, b, evs); err != nil {
 					return res, &setBasedError{err}
 				}
 				for range b.Len() - n {
@@ -370,7 +370,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 					continue
 				}
 				n := b.Len()
-				if err := r.proj.Apply(b, it.ev); err != nil {
+				if err := ApplyEvent(r.proj, b, it.ev); err != nil {
 					return res, r.eventError(it.idx, it.ev.Record, err)
 				}
 				for range b.Len() - n {
@@ -436,6 +436,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 // k is the failing query's index, or -1 when ending the batch or the
 // commit failed.
 func sendTx(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, beforeCommit func(), queryErr func(k int, err error) error) error {
+	GuardCallbacks(b)
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	committed := false

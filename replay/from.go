@@ -144,13 +144,13 @@ func (s *Service) rederive(ctx context.Context, conn *pgx.Conn, p projections.St
 	switch {
 	case len(evs) == 0:
 	case setBased:
-		if err := bp.ApplyBatch(b, evs); err != nil {
+		if err := projections.ApplyEvents(bp, b, evs); err != nil {
 			return err
 		}
 	default:
 		for i, ev := range evs {
 			n := b.Len()
-			if err := p.Apply(b, ev); err != nil {
+			if err := projections.ApplyEvent(p, b, ev); err != nil {
 				return &projections.EventError{Projection: p.Name(), Index: i, Event: ev.Record, Err: err}
 			}
 			for k := n; k < b.Len(); k++ {
@@ -158,6 +158,7 @@ func (s *Service) rederive(ctx context.Context, conn *pgx.Conn, p projections.St
 			}
 		}
 	}
+	projections.GuardCallbacks(b)
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	committed := false

@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	"github.com/strata-es/strata/commands"
+	"github.com/strata-es/strata/internal/failpoint"
 )
 
 var (
@@ -65,6 +66,11 @@ func (m *manager[S]) correlate(ev Event) (instance, stream string, ok bool, err 
 	return instance, stream, true, nil
 }
 
+// FailpointDecidePanic is a panic point (internal/failpoint, keyed by the
+// input's tenant): a Decide that panics on one tenant's inputs, for the
+// fault harness.
+const FailpointDecidePanic = "process.decide-panic"
+
 // decided is a Decision with its state and payloads encoded: what the
 // runtime writes.
 type decided struct {
@@ -103,6 +109,7 @@ func (m *manager[S]) decide(stored json.RawMessage, in Input) (out decided, err 
 			return decided{}, fmt.Errorf("decode %s state: %w", m.def.Name, err)
 		}
 	}
+	failpoint.PanicFor(FailpointDecidePanic, string(in.Tenant))
 	d, err := m.def.Decide(state, exists, in)
 	if err != nil {
 		return decided{}, err
