@@ -465,6 +465,7 @@ func (h *handler) apply(ctx context.Context, rec event.Record) error {
 		}
 		b := &pgx.Batch{}
 		h.queueMark(b, rec)
+	projections.GuardCallbacks(b)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("consumer %s: %w", h.name, err)
 		}
@@ -480,7 +481,7 @@ func (h *handler) apply(ctx context.Context, rec event.Record) error {
 		if err != nil {
 			return h.eventError(rec, err)
 		}
-		if err := h.proj.Apply(b, projections.Event{Record: rec, Payload: payload}); err != nil {
+		if err := projections.ApplyEvent(h.proj, b, projections.Event{Record: rec, Payload: payload}); err != nil {
 			return h.eventError(rec, err)
 		}
 	}

@@ -99,7 +99,7 @@ SET version = excluded.version, event_id = excluded.event_id, position = exclude
 WHERE relay_applied.version < excluded.version`
 
 func (c consumerProjection) Apply(b *pgx.Batch, ev projections.Event) error {
-	if err := c.Projection.Apply(b, ev); err != nil {
+	if err := projections.ApplyEvent(c.Projection, b, ev); err != nil {
 		return err
 	}
 	b.Queue(advanceSQL, ev.Tenant, c.name, ev.Stream, ev.Version, ev.ID, ev.Position.Token())

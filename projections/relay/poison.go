@@ -8,6 +8,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
+
+	"github.com/strata-es/strata/internal/failpoint"
 )
 
 // The relay's poison rule (ARCHITECTURE decisions 5 and 17).
@@ -115,8 +117,21 @@ func safePublish(p message.Publisher, topic string, msgs []*message.Message) (er
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
+	failpoint.Delay(FailpointPublishDelay)
+	for _, m := range msgs {
+		failpoint.PanicFor(FailpointPublishPanic, m.Metadata.Get(MetaTenant))
+	}
 	return p.Publish(topic, msgs...)
 }
+
+// FailpointPublishPanic is a panic point (internal/failpoint, keyed by the
+// message's tenant): a transport that panics on one tenant's messages, for
+// the fault harness. FailpointPublishDelay is a delay point: every publish
+// waits that long first (a slow broker).
+const (
+	FailpointPublishPanic = "relay.publish-panic"
+	FailpointPublishDelay = "relay.publish-delay"
+)
 
 // checkMessage applies the configured size limit (max > 0) and the
 // publisher's own check, if it has one, to msg, recovering a panic.
