@@ -465,7 +465,6 @@ func (h *handler) apply(ctx context.Context, rec event.Record) error {
 		}
 		b := &pgx.Batch{}
 		h.queueMark(b, rec)
-		projections.GuardCallbacks(b)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("consumer %s: %w", h.name, err)
 		}
@@ -486,6 +485,7 @@ func (h *handler) apply(ctx context.Context, rec event.Record) error {
 		}
 	}
 	h.queueMark(b, rec)
+	projections.GuardCallbacks(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		if errors.Is(err, errConcurrent) {
 			return err
