@@ -256,3 +256,53 @@ func TestEraseWaitsForExportsImportsAndMoves(t *testing.T) {
 		t.Fatalf("acme's export jobs left: %d %v", left, err)
 	}
 }
+
+// TestEraseLowersTheReadersParkedCounts (issue 29): a reader (projection,
+// process manager, relay) counts its parked streams and letters in its
+// checkpoint row. Erasing a tenant that had parked streams lowers those
+// counts by the tenant's rows of the reader's current generation, and
+// leaves another tenant's and an old generation's alone. Before, the
+// counts stayed: the reader looked up parked streams in every batch for
+// good, and `replay status` counted streams nobody could list.
+func TestEraseLowersTheReadersParkedCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tenancy.StoreConfig{})
+	seed(t, b)
+	ctx := context.Background()
+	conn := adminConn(t, b)
+	exec(t, conn, `SET search_path = strata`)
+	const gen, old = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+	exec(t, conn, `INSERT INTO projection_checkpoints (projection, generation, parked_streams, parked_letters) VALUES ('reader_a', $1, 3, 5)`, gen)
+	// acme: two parked streams (three parked letters, one retried letter);
+	// beta: one stream, two letters; acme in an old generation: one of each.
+	for _, r := range []struct {
+		tenant, gen, stream string
+		letters             []string
+	}{
+		{"acme", gen, "s-1", []string{"parked", "parked"}},
+		{"acme", gen, "s-2", []string{"parked", "retried"}},
+		{"beta", gen, "s-1", []string{"parked", "parked"}},
+		{"acme", old, "s-3", []string{"parked"}},
+	} {
+		exec(t, conn, `INSERT INTO parked_streams (tenant_id, projection, generation, stream_id, head_version) VALUES ($1, 'reader_a', $2, $3, 1)`, r.tenant, r.gen, r.stream)
+		for i, st := range r.letters {
+			resolved := "NULL"
+			if st != "parked" {
+				resolved = "now()"
+			}
+			exec(t, conn, `INSERT INTO dead_letters (tenant_id, projection, generation, stream_id, version, event_id, pos_major, pos_minor, event_type, schema_version, data, metadata, recorded_at, error, status, resolved_at)
+				VALUES ($1, 'reader_a', $2, $3, $4::bigint, gen_random_uuid(), 1, $4::bigint, 'thing.happened', 1, '{}', '{}', now(), 'boom', $5, `+resolved+`)`, r.tenant, r.gen, r.stream, i+1, st)
+		}
+	}
+	e := newEraser(t, b, tenancy.EraserConfig{BatchSize: 1})
+	if _, err := e.Erase(ctx, tenancy.Actor{Subject: "test"}, "acme", "parked counts"); err != nil {
+		t.Fatal(err)
+	}
+	var streams, letters int64
+	if err := conn.QueryRow(ctx, `SELECT parked_streams, parked_letters FROM projection_checkpoints WHERE projection = 'reader_a'`).Scan(&streams, &letters); err != nil {
+		t.Fatal(err)
+	}
+	if streams != 1 || letters != 2 {
+		t.Errorf("reader_a counts %d parked streams and %d parked letters after acme's erasure, want beta's 1 and 2", streams, letters)
+	}
+}

@@ -322,9 +322,15 @@ func (e *Eraser) eraseStore(ctx context.Context, w *Erasure, i int) error {
 				return fmt.Errorf("raise the log's watermark: %w", err)
 			}
 		}
+		counters := parkedCounters[strings.TrimPrefix(s.Name, "table:")]
 		for {
 			var n int64
 			err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
+				if counters != "" {
+					var err error
+					n, err = deleteParked(ctx, tx, table, counters, e.cfg.BatchSize)
+					return err
+				}
 				tag, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE ctid = ANY (ARRAY(SELECT ctid FROM `+table+` LIMIT $1))`, e.cfg.BatchSize)
 				n = tag.RowsAffected()
 				return err
@@ -431,4 +437,67 @@ func (e *Eraser) anonymizeAudit(ctx context.Context, tenant domain.TenantID, rec
 		return nil
 	})
 	return through, err
+}
+
+// parkedCounters: the tables whose rows projection_checkpoints counts per
+// reader (its parked_streams and parked_letters columns, which tell the
+// runner whether to look for parked streams at all and `replay status`
+// what is parked), and the counter each row of them adds to while it is
+// parked. An erasure that deleted a tenant's parked rows without lowering
+// the counters left every reader that had parked the tenant (a projection,
+// a process manager, the relay) counting streams nobody could list, and
+// looking them up in every batch, for good.
+var parkedCounters = map[string]string{
+	"parked_streams": "parked_streams",
+	"dead_letters":   "parked_letters",
+}
+
+// deleteParked deletes a batch of the tenant's rows of table (one of
+// parkedCounters) in tx, which runs as the eraser under the tenant's
+// setting, and lowers the counter of each reader generation they were
+// counted in, as the owner, in the same transaction.
+func deleteParked(ctx context.Context, tx pgx.Tx, table, counter string, limit int) (int64, error) {
+	parked := "true"
+	if counter == "parked_letters" {
+		parked = "d.status = 'parked'"
+	}
+	rows, err := tx.Query(ctx, `DELETE FROM `+table+` d WHERE ctid = ANY (ARRAY(SELECT ctid FROM `+table+` LIMIT $1))
+RETURNING d.projection, d.generation::text, `+parked, limit)
+	if err != nil {
+		return 0, err
+	}
+	type key struct{ projection, generation string }
+	counts := map[key]int64{}
+	var n int64
+	for rows.Next() {
+		var k key
+		var counted bool
+		if err := rows.Scan(&k.projection, &k.generation, &counted); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		n++
+		if counted {
+			counts[k]++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(counts) == 0 {
+		return n, nil
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleOwner); err != nil {
+		return 0, fmt.Errorf("become %s to lower the readers' parked counts: %w", db.RoleOwner, err)
+	}
+	for k, c := range counts {
+		if _, err := tx.Exec(ctx, `UPDATE projection_checkpoints SET `+counter+` = greatest(`+counter+` - $3, 0), updated_at = now()
+WHERE projection = $1 AND generation = $2::uuid`, k.projection, k.generation, c); err != nil {
+			return 0, fmt.Errorf("lower %s of %s: %w", counter, k.projection, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleEraser); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
