@@ -184,6 +184,26 @@ func stepResources(context.Context, *Store, pgx.Tx, ProvisionRequest) error {
 }
 
 func stepActivate(ctx context.Context, s *Store, tx pgx.Tx, req ProvisionRequest) error {
+	if err := refuseUnfinishedImport(ctx, tx, req.ID); err != nil {
+		return err
+	}
 	_, err := tx.Exec(ctx, `UPDATE tenants SET status = 'active' WHERE id = $1 AND status = 'provisioning'`, req.ID)
 	return err
+}
+
+// refuseUnfinishedImport refuses to serve a tenant whose archive import
+// has begun but not finished (its tenant_arrivals row, written before the
+// first imported event, has no end yet): the process managers and the
+// relay pass over every event of such a tenant as imported history, so a
+// command served now would never be acted on. The import activates the
+// tenant itself when it ends.
+func refuseUnfinishedImport(ctx context.Context, tx pgx.Tx, id domain.TenantID) error {
+	var importing bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tenant_arrivals WHERE tenant = $1 AND through_tx IS NULL AND source LIKE 'import:%')`, id).Scan(&importing); err != nil {
+		return fmt.Errorf("look for an unfinished import of %s: %w", id, err)
+	}
+	if importing {
+		return fmt.Errorf("%w: an archive import into %s has begun and not finished: run the same `strata tenants import` again to finish it before the tenant is served", domain.ErrRejected, id)
+	}
+	return nil
 }

@@ -205,6 +205,11 @@ func (s *Store) transition(ctx context.Context, a Actor, action string, id domai
 		default:
 			return fmt.Errorf("%w: tenant %s is %s; only an %s tenant can be %sed", domain.ErrRejected, id, cur.Status, from, action)
 		}
+		if to == StatusActive {
+			if err := refuseUnfinishedImport(ctx, tx, id); err != nil {
+				return err
+			}
+		}
 		t, err = scanTenant(tx.QueryRow(ctx, `UPDATE tenants SET status = $2, status_reason = nullif($3, '') WHERE id = $1 RETURNING `+tenantColumns,
 			id, to, reason))
 		return err

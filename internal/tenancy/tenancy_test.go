@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -371,5 +372,43 @@ func waitFor(t *testing.T, within time.Duration, ok func() bool) {
 			t.Fatalf("not within %s", within)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestUnfinishedImportIsNotServed (issue 29): a tenant whose archive import
+// began and did not finish (its tenant_arrivals row has no end) is neither
+// activated by a provision nor resumed: the process managers and the relay
+// pass over every event of such a tenant as imported history, so a command
+// served meanwhile would never be acted on. Once the import ended, both
+// work. Before, provisioning by hand activated it.
+func TestUnfinishedImportIsNotServed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tenancy.StoreConfig{})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO strata.tenant_arrivals (tenant, source) VALUES ('gamma', 'import:acme:0123456789abcdef'), ('delta', 'import:acme:0123456789abcdef')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Provision(ctx, b.actor, tenancy.ProvisionRequest{ID: "gamma"}); !errors.Is(err, domain.ErrRejected) || !strings.Contains(err.Error(), "import") {
+		t.Fatalf("provision of a tenant being imported: %v, want a refusal naming the import", err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO strata.tenants (id, name, status) VALUES ('delta', 'Delta', 'suspended')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Resume(ctx, b.actor, "delta", "go"); !errors.Is(err, domain.ErrRejected) {
+		t.Fatalf("resume of a tenant being imported: %v, want a refusal", err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE strata.tenant_arrivals SET through_tx = pg_current_xact_id(), through_pos = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.store.Provision(ctx, b.actor, tenancy.ProvisionRequest{ID: "gamma"}); err != nil || got.Status != tenancy.StatusActive {
+		t.Fatalf("provision after the import ended: %+v %v", got, err)
+	}
+	if got, err := b.store.Resume(ctx, b.actor, "delta", "go"); err != nil || got.Status != tenancy.StatusActive {
+		t.Fatalf("resume after the import ended: %+v %v", got, err)
 	}
 }
