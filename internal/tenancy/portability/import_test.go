@@ -429,7 +429,7 @@ func TestImportResumes(t *testing.T) {
 	var last event.Position
 	var tx string
 	var pos int64
-	if err := b.conn.QueryRow(b.ctx, `SELECT tx_id::text, position FROM strata.events WHERE tenant_id = 'gamma' ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&tx, &pos); err != nil {
+	if err := b.conn.QueryRow(b.ctx, `SELECT tx_id::text AS tx_text, position FROM strata.events WHERE tenant_id = 'gamma' ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&tx, &pos); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Sscan(tx, &last.Major)
