@@ -484,8 +484,18 @@ WHERE c.tenant_id = $1 AND s.tenant_id = $2`, hsCopy, hsSource)
 		return err
 	}
 	r.zero(fmt.Sprintf("the copy's process instances, steps and deadlines (the source has %d steps)", srcPM), int(pm))
+	// Not published, once the relay has passed the copy's last event
+	// (before it, 0 proves nothing).
 	copyMsgs := hsBrokerFindings(msgs, topic, hsCopy, "\x00never\x00")
-	r.zero("the copy's messages in JetStream (imported history is not published)", copyMsgs.tenant)
+	var passed bool
+	if err := admin.QueryRow(ctx, `SELECT coalesce(bool_and((c.pos_major, c.pos_minor) >= (e.tx_id::text::numeric, e.position::numeric)), false)
+FROM strata.projection_checkpoints c,
+     (SELECT tx_id, position FROM strata.events WHERE tenant_id = $1 ORDER BY tx_id DESC, position DESC LIMIT 1) e
+WHERE c.projection = $2`, hsCopy, "relay_"+topic).Scan(&passed); err != nil {
+		return err
+	}
+	r.check("the copy's messages in JetStream, the relay past its last event (imported history is not published)", "0, passed",
+		fmt.Sprintf("%d, %s", copyMsgs.tenant, map[bool]string{true: "passed", false: "not passed"}[passed]), copyMsgs.tenant == 0 && passed)
 	srcRows, err := hsCount(ctx, admin, `SELECT count(*) FROM strata.order_details WHERE tenant_id = $1`, hsSource)
 	if err != nil {
 		return err
@@ -529,7 +539,7 @@ WHERE c.tenant_id = $1 AND s.tenant_id = $2`, hsCopy, hsSource)
 	if audit, err = hsCount(ctx, admin, `SELECT count(*) FROM strata.tenant_audit WHERE tenant LIKE $1`, hsHostP+"-%"); err != nil {
 		return err
 	}
-	r.note("hostile imports: %d audit rows (each refused call is recorded)", audit)
+	r.note("hostile imports: %d tenant_audit rows naming their tenants (an import is audited once its archive has passed the checks)", audit)
 	return nil
 }
 
