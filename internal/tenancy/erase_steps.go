@@ -132,7 +132,9 @@ func (e *Eraser) quiesce(ctx context.Context, w *Erasure) error {
 	}
 	var txID, pos string
 	err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT tx_id::text, position::text FROM events ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&txID, &pos)
+		// The texts under other names: ORDER BY tx_id, position would
+		// otherwise name the output columns and sort text ("9" after "25").
+		return tx.QueryRow(ctx, `SELECT tx_id::text AS tx_text, position::text AS pos_text FROM events ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&txID, &pos)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -612,6 +612,42 @@ func TestEraseQuiescesAppendsAndRunners(t *testing.T) {
 	}
 }
 
+// TestEraseQuiesceFindsTheLastEventByNumber (found while writing the
+// HOSTILE chaos scenario): the quiesce waits for every runner to pass the
+// tenant's last event, found by (tx_id, position) as numbers. The query
+// selected both as text under their own names, so ORDER BY sorted the
+// text: among acme's 25 events of one transaction the "last" was position
+// 9, and a runner that had applied 20 of them passed, to write the other 5
+// after the erasure (with tx_id, once the log's transaction numbers gain a
+// digit).
+func TestEraseQuiesceFindsTheLastEventByNumber(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tenancy.StoreConfig{})
+	seed(t, b)
+	ctx := context.Background()
+	conn := adminConn(t, b)
+	var tx string
+	var last int64
+	if err := conn.QueryRow(ctx, `SELECT tx_id::text AS tx_text, position FROM strata.events WHERE tenant_id = 'acme'
+		ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&tx, &last); err != nil {
+		t.Fatal(err)
+	}
+	if last < 20 {
+		t.Fatalf("acme's last event is at position %d: the test wants positions of two digits", last)
+	}
+	// A live runner five events short of acme's last one.
+	exec(t, conn, `INSERT INTO strata.projection_checkpoints (projection, status, pos_major, pos_minor) VALUES ('halfway', 'running', $1::numeric, $2)`,
+		tx, last-5)
+	e := newEraser(t, b, tenancy.EraserConfig{QuiesceTimeout: 300 * time.Millisecond})
+	w, err := e.Erase(ctx, b.actor, "acme", "quiesce test")
+	if want := fmt.Sprintf("%s/%d", tx, last); w.Quiesce.LastEvent != want {
+		t.Errorf("the quiesce's last event of acme is %s, want %s", w.Quiesce.LastEvent, want)
+	}
+	if !errors.Is(err, tenancy.ErrQuiesceTimeout) || len(w.Quiesce.Lagging) != 1 || w.Quiesce.Lagging[0] != "halfway" {
+		t.Fatalf("erase with a runner 5 events short: %v %+v; want it waited for", err, w.Quiesce)
+	}
+}
+
 // stubbornStore is an external store whose Erase removes nothing until it
 // is fixed: what the workflow does with a store it cannot verify.
 type stubbornStore struct {

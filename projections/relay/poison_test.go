@@ -287,6 +287,81 @@ func TestRelayRecoversPublisherPanic(t *testing.T) {
 	}
 }
 
+// panickyMany panics on every message of a set of events and counts the
+// batch attempts: the calls with more than one message that panicked (the
+// relay hands a batch's messages over all at once first, and only after a
+// failure one at a time).
+type panickyMany struct {
+	message.Publisher
+	eventIDs map[string]bool
+	rounds   atomic.Int32
+}
+
+func (p *panickyMany) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if p.eventIDs[m.Metadata.Get(MetaEventID)] {
+			if len(msgs) > 1 {
+				p.rounds.Add(1)
+			}
+			panic("transport bug")
+		}
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// TestRelayParksSeveralPanickingStreamsOfOneBatch (found by the HOSTILE
+// chaos scenario): a tenant has three streams whose publishing panics, all
+// in one batch. Each round of the batch counts one more attempt of the
+// first poison event not yet at PanicAttempts; one at its limit is parked,
+// and the round goes on to the next. A round that parks one and then
+// fails on the next is rolled back, parking included, but the parked
+// event's count must stay at its limit: it used to be forgotten, so the
+// first event started over at every such round, the second only counted
+// when the first was at its limit again, and so on: PanicAttempts^3 = 27
+// rounds with backoff (minutes for everyone, with the default backoff up
+// to 30 s), instead of PanicAttempts + 2 per further stream = 7.
+func TestRelayParksSeveralPanickingStreamsOfOneBatch(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, 2*time.Minute)
+	url := natsURL(t)
+	topic := newTopic(t, url)
+	d := testdb.New(t, projorders.Migrations)
+	admin := adminConn(ctx, t, d.AdminURL)
+	evs := []genEvent{
+		noteEvent("t-a", "order-a1", 1, 100), // eventID(0): panics
+		noteEvent("t-b", "order-b", 1, 100),
+		noteEvent("t-a", "order-a2", 1, 100), // eventID(2): panics
+		noteEvent("t-b", "order-b", 2, 100),
+		noteEvent("t-a", "order-a3", 1, 100), // eventID(4): panics
+		noteEvent("t-b", "order-b", 3, 100),
+	}
+	if err := seed(ctx, admin, 0, evs); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := NewNATSPublisher(NATSConfig{URL: url, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	const attempts, poison = 3, 3
+	bad := &panickyMany{Publisher: pub, eventIDs: map[string]bool{eventID(0): true, eventID(2): true, eventID(4): true}}
+	r := startRelay(ctx, t, d, Config{Topic: topic, Publisher: bad, PanicAttempts: attempts, PollInterval: 20 * time.Millisecond,
+		MinErrorBackoff: 10 * time.Millisecond, MaxErrorBackoff: 20 * time.Millisecond, Logger: quietLogger()})
+	head := lastPosition(ctx, t, admin)
+	waitFor(t, 60*time.Second, "the relay's checkpoint at the log's last event", func() bool { return r.Status().Checkpoint == head })
+	if got, want := renderMessages(jsMessages(t, url, topic)), "t-b/order-b v1, t-b/order-b v2, t-b/order-b v3"; got != want {
+		t.Errorf("JetStream holds %s, want %s", got, want)
+	}
+	letters := relayLetters(ctx, t, d, r.Name())
+	if len(letters) != poison {
+		t.Errorf("%d relay dead letters, want the %d poison events", len(letters), poison)
+	}
+	if got, most := int(bad.rounds.Load()), attempts+2*(poison-1); got > most {
+		t.Errorf("the batch was tried %d times before its %d poison streams were parked, want at most %d (PanicAttempts %d + 2 per further stream)",
+			got, poison, most, attempts)
+	}
+}
+
 // TestRelayBrokerOutageParksNothing: while the broker is down every
 // publication fails, for every event alike. That is the circumstances'
 // failure, not the events': the relay retries the same batch with backoff,

@@ -95,14 +95,19 @@ func (r *Relay) eventFailed(b *batch, i int, err error) error {
 		b.parkHead(i, err, 1)
 		return nil
 	case failPanic:
+		// The count is kept even once the event is parked: the parking
+		// commits with the batch, and a later event of the batch may still
+		// fail it (rolled back, parking included); the next round then
+		// parks this one at once and counts the next. Forgotten here, it
+		// started over, and K such streams in a batch took
+		// PanicAttempts^K rounds. A committed batch clears every count.
 		k := rec.Tenant + "/" + rec.ID
 		n := r.panics[k] + 1
+		r.panics[k] = n
 		if n >= r.cfg.PanicAttempts {
-			delete(r.panics, k)
 			b.parkHead(i, err, n)
 			return nil
 		}
-		r.panics[k] = n
 		var pe *PanicError
 		errors.As(err, &pe)
 		r.logger.Warn("publishing an event panicked; retrying the batch before its stream is parked",

@@ -26,7 +26,7 @@ const (
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Erase, Move, Restore, R18}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Erase, Move, Restore, Hostile, R18}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -247,6 +247,7 @@ type Config struct {
 	Erase   EraseConfig   // zero: DefaultErase()
 	Move    MoveConfig    // zero: DefaultMove()
 	Restore RestoreConfig // zero: DefaultRestore()
+	Hostile HostileConfig // zero: DefaultHostile()
 }
 
 // Full returns the configuration of `make chaos`: the sizes of the

@@ -99,7 +99,10 @@ func (s *Service) stage(ctx context.Context, tenant domain.TenantID, dir string)
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT tx_id::text, position, stream_id, version, event_id::text, event_type, schema_version, data::text, metadata::text, recorded_at
+		// The text of tx_id under another name: ORDER BY tx_id would
+		// otherwise name the output column and sort its text ("10" before
+		// "9").
+		rows, err := tx.Query(ctx, `SELECT tx_id::text AS tx_text, position, stream_id, version, event_id::text, event_type, schema_version, data::text, metadata::text, recorded_at
 FROM events WHERE tenant_id = $1 ORDER BY tx_id, position`, s.filter(tenant))
 		if err != nil {
 			return err

@@ -499,3 +499,51 @@ func TestImportIntoAKnownTenant(t *testing.T) {
 		t.Errorf("omega has %d events: the import should have stopped after its first batch", got)
 	}
 }
+
+// TestExportOrdersTheLogByNumber (found by the HOSTILE chaos scenario):
+// the export writes a tenant's events in log order, (tx_id, position) as
+// numbers, and its head is the last of them. The queries selected
+// tx_id::text under the column's own name, so ORDER BY tx_id sorted the
+// text: once a tenant's history straddled a transaction number with one
+// more digit (9 and 10 here; 99999 and 100000 in a real log), its archive
+// had a stream's later versions first and its own import refused it
+// ("stream has version 2 after 0"), and the head named the wrong event.
+func TestExportOrdersTheLogByNumber(t *testing.T) {
+	b := newImportBundle(t)
+	if _, err := b.conn.Exec(b.ctx, `INSERT INTO strata.tenants (id, status) VALUES ('acme', 'active')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []struct {
+		tx      string
+		version int
+		typ     string
+		data    string
+	}{
+		{"9", 1, "order.created", `{"order_id":"a","customer_id":"c-1","currency":"EUR","at":"2026-01-01T00:00:00Z"}`},
+		{"10", 2, "order.cancelled", `{"order_id":"a","at":"2026-01-01T00:01:00Z"}`},
+	} {
+		if _, err := b.conn.Exec(b.ctx, `INSERT INTO strata.events (tx_id, tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+VALUES ($1::text::xid8, 'acme', 'order-a', $2, gen_random_uuid(), $3, 1, $4::jsonb, '{}')`, e.tx, e.version, e.typ, e.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	m, err := b.svc.Export(b.ctx, "acme", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := archiveFiles(t, buf.Bytes())
+	lines := strings.Split(strings.TrimSpace(string(files[EventsFile])), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"version":1`) || !strings.Contains(lines[1], `"version":2`) {
+		t.Errorf("events.jsonl is not in log order:\n%s", strings.Join(lines, "\n"))
+	}
+	if !strings.HasPrefix(m.Export.Head, "10/") {
+		t.Errorf("the manifest's head %q: want the event of transaction 10", m.Export.Head)
+	}
+	if p, n, err := b.svc.head(b.ctx, "acme"); err != nil || n != 2 || p.tx != "10" {
+		t.Errorf("head: %v (%d events) %v; want the event of transaction 10", p, n, err)
+	}
+	if _, err := b.svc.Import(b.ctx, bytes.NewReader(buf.Bytes()), ImportOptions{Tenant: "gamma"}); err != nil {
+		t.Errorf("the archive's own import: %v", err)
+	}
+}

@@ -225,7 +225,8 @@ func (s *Service) head(ctx context.Context, tenant domain.TenantID) (position, i
 		if n == 0 {
 			return nil
 		}
-		return tx.QueryRow(ctx, `SELECT tx_id::text, position FROM events WHERE tenant_id = $1 ORDER BY tx_id DESC, position DESC LIMIT 1`,
+		// tx_text, not tx_id: ORDER BY must sort the xid8, not its text.
+		return tx.QueryRow(ctx, `SELECT tx_id::text AS tx_text, position FROM events WHERE tenant_id = $1 ORDER BY tx_id DESC, position DESC LIMIT 1`,
 			s.filter(tenant)).Scan(&p.tx, &p.pos)
 	})
 	return p, n, err

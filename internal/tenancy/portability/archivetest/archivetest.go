@@ -63,10 +63,82 @@ func Minimal(events ...string) []File {
 // Bytes builds the gzip'd tar: manifest.json first, then the files in the
 // order given.
 func (a Archive) Bytes() []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	a.writeEntries(tw, nil)
+	if err := tw.Close(); err != nil {
+		panic(err)
+	}
+	if err := zw.Close(); err != nil {
+		panic(err)
+	}
+	return buf.Bytes()
+}
+
+// Bomb builds a gzip bomb: the archive as Bytes builds it with one more
+// entry at its end, name, whose body is size zero bytes, listed in the
+// manifest (0 lines, the SHA-256 of nothing). The archive stays a few
+// megabytes per gigabyte of body however large size is, and is built
+// without compressing the body: it is one gzip member of 64 MiB of zeros
+// (compressed once) repeated, which a gzip reader concatenates (RFC 1952
+// allows many members; Go's gzip.Reader reads them as one stream by
+// default). A correct importer refuses it at the entry's header, having
+// unpacked a few kilobytes.
+func (a Archive) Bomb(name string, size int64) []byte {
+	const chunk = 64 << 20
+	var buf bytes.Buffer
+	head := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(head)
+	a.writeEntries(tw, &File{Name: name, Count: Count(0), SHA256: emptySHA256})
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		panic(err)
+	}
+	// The header is written; the body, its padding and the end of the
+	// archive are gzip members of their own (tw is not closed: it would
+	// want the body).
+	if err := head.Close(); err != nil {
+		panic(err)
+	}
+	zeros := func(n int64) []byte {
+		var m bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&m, gzip.BestCompression)
+		if _, err := zw.Write(make([]byte, n)); err != nil {
+			panic(err)
+		}
+		if err := zw.Close(); err != nil {
+			panic(err)
+		}
+		return m.Bytes()
+	}
+	full := zeros(chunk)
+	for left := size; left > 0; left -= chunk {
+		if left >= chunk {
+			buf.Write(full)
+		} else {
+			buf.Write(zeros(left))
+		}
+	}
+	// The body's padding to a 512-byte block, then the end of the archive
+	// (two zero blocks).
+	buf.Write(zeros((512-size%512)%512 + 1024))
+	return buf.Bytes()
+}
+
+// emptySHA256 is the SHA-256 of no bytes.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// writeEntries writes manifest.json and the files; extra, when set, is
+// listed in the manifest too (with its Count and SHA256) but not written.
+func (a Archive) writeEntries(tw *tar.Writer, extra *File) {
 	raw := a.Manifest
 	if raw == nil {
 		files := map[string]any{}
-		for _, f := range a.Files {
+		listed := a.Files
+		if extra != nil {
+			listed = append(append([]File(nil), a.Files...), *extra)
+		}
+		for _, f := range listed {
 			if f.Unlisted {
 				continue
 			}
@@ -90,9 +162,6 @@ func (a Archive) Bytes() []byte {
 			panic(err)
 		}
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
 	add := func(f File) {
 		hdr := &tar.Header{Name: f.Name, Mode: 0o644, Size: int64(len(f.Body)), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
 		if f.Type != 0 && f.Type != tar.TypeReg {
@@ -111,13 +180,6 @@ func (a Archive) Bytes() []byte {
 	for _, f := range a.Files {
 		add(f)
 	}
-	if err := tw.Close(); err != nil {
-		panic(err)
-	}
-	if err := zw.Close(); err != nil {
-		panic(err)
-	}
-	return buf.Bytes()
 }
 
 // Count returns a pointer to n, for File.Count.
