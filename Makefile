@@ -67,12 +67,12 @@ test: deps ## run every test against real PostgreSQL (started by the tests unles
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
 
 FUZZ_TARGETS := \
-	./internal/httpapi:FuzzDecodeStrict ./internal/httpapi:FuzzDecodeJSON \
-	./commands/orders:FuzzCreateOrderRequest ./commands/orders:FuzzAddLineRequest \
-	./commands/orders:FuzzPayRequest ./commands/orders:FuzzCancelRequest \
-	./commands/orders:FuzzEmptyRequest ./commands/commandapi:FuzzParseIfMatch \
-	./commands/commandapi:FuzzIdempotencyKey ./commands/orders:FuzzCommandRoutes \
-	./internal/auth:FuzzParse ./internal/auth:FuzzParseSigned \
+	./httpapi:FuzzDecodeStrict ./httpapi:FuzzDecodeJSON \
+	./examples/orders/ordercmd:FuzzCreateOrderRequest ./examples/orders/ordercmd:FuzzAddLineRequest \
+	./examples/orders/ordercmd:FuzzPayRequest ./examples/orders/ordercmd:FuzzCancelRequest \
+	./examples/orders/ordercmd:FuzzEmptyRequest ./commands/commandapi:FuzzParseIfMatch \
+	./commands/commandapi:FuzzIdempotencyKey ./examples/orders/ordercmd:FuzzCommandRoutes \
+	./auth:FuzzParse ./auth:FuzzParseSigned \
 	./domain/event:FuzzParseToken ./domain/event:FuzzTokenRoundTrip ./domain/event:FuzzDecodeMetadata ./domain/event:FuzzParsePlacedToken
 FUZZTIME ?= 60s
 

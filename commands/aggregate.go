@@ -13,7 +13,7 @@ import (
 // Aggregate describes one kind of aggregate to a Handler: how its streams
 // are named, how its state is rebuilt from its history and how far that
 // history goes. A module declares one per aggregate type (e.g.
-// commands/orders.Aggregate); the handler knows nothing else about it.
+// examples/orders/ordercmd.Aggregate); the handler knows nothing else about it.
 type Aggregate[A any] struct {
 	// Kind names the aggregate in messages and telemetry ("order",
 	// "inventory item"). Lower-case words.

@@ -10,12 +10,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/strata-es/strata/commands"
-	"github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordercmd"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )
@@ -38,12 +38,12 @@ func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 	store := postgres.New(d.App, d.Projector)
 	h := newHandler(t, store, store)
 	ctx := domain.NewContext(context.Background(), "t-a")
-	if _, err := h.Handle(ctx, orders.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, commands.Options{}); err != nil {
+	if _, err := h.Handle(ctx, ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, commands.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// The lost execution: orders.AddLine under key "k", appended without a record.
 	commandID := uuid.NewSHA1(commands.EventIDSpace, []byte("t-a\x00k")).String()
-	evs, err := (orders.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}).Decide(mustLoad(t, store), time.Now())
+	evs, err := (ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}).Decide(mustLoad(t, store), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 		t.Fatal(err)
 	}
 	idem := &commands.Idempotency{Key: "k", RequestHash: "h", Respond: respond}
-	res, err := h.Handle(ctx, orders.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
+	res, err := h.Handle(ctx, ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 		t.Fatalf("the command executed again: %d events", len(recs))
 	}
 	// And the outcome is now recorded.
-	res, err = h.Handle(ctx, orders.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
+	res, err = h.Handle(ctx, ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
 	if err != nil || string(res.Replayed) != want {
 		t.Fatalf("second retry: %q %v", res.Replayed, err)
 	}
@@ -97,7 +97,7 @@ func mustLoad(t *testing.T, s eventstore.Store) *order.Order {
 
 func TestNoTenantFailsClosed(t *testing.T) {
 	h := newHandler(t, nil, nil)
-	if _, err := h.Handle(context.Background(), orders.PlaceOrder{OrderID: "o"}, commands.Options{}); err != eventstore.ErrNoTenant {
+	if _, err := h.Handle(context.Background(), ordercmd.PlaceOrder{OrderID: "o"}, commands.Options{}); err != eventstore.ErrNoTenant {
 		t.Fatalf("got %v, want ErrNoTenant", err)
 	}
 }
@@ -110,18 +110,18 @@ func TestStaleCacheIsReloaded(t *testing.T) {
 	store := postgres.New(d.App, d.Projector)
 	a, b := newHandler(t, store, store), newHandler(t, store, store)
 	ctx := domain.NewContext(context.Background(), "t-a")
-	line := func(p string) orders.AddLine {
-		return orders.AddLine{OrderID: "o-1", ProductID: p, Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}
+	line := func(p string) ordercmd.AddLine {
+		return ordercmd.AddLine{OrderID: "o-1", ProductID: p, Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}
 	}
 	steps := []struct {
 		h   *commands.Handler[*order.Order]
-		cmd orders.Command
+		cmd ordercmd.Command
 	}{
-		{a, orders.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}},
+		{a, ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}},
 		{a, line("p-1")}, // a's cache: version 2
 		{b, line("p-2")}, // b loads from the store: version 3
 		{a, line("p-3")}, // a's cache is stale (2): conflict, reload, version 4
-		{b, orders.PlaceOrder{OrderID: "o-1"}},
+		{b, ordercmd.PlaceOrder{OrderID: "o-1"}},
 	}
 	for i, s := range steps {
 		res, err := s.h.Handle(ctx, s.cmd, commands.Options{})
@@ -139,14 +139,14 @@ func TestStaleCacheIsReloaded(t *testing.T) {
 	// A create of an existing order, answered from no cache at all, still
 	// says so (after a conflict and a reload).
 	c := newHandler(t, store, store)
-	if _, err := c.Handle(ctx, orders.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, commands.Options{}); !errors.Is(err, order.ErrAlreadyExists) {
+	if _, err := c.Handle(ctx, ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c", Currency: "EUR"}, commands.Options{}); !errors.Is(err, order.ErrAlreadyExists) {
 		t.Fatalf("create of an existing order: %v", err)
 	}
 }
 
 func newHandler(t *testing.T, store eventstore.Store, idem eventstore.IdempotencyStore) *commands.Handler[*order.Order] {
 	t.Helper()
-	h, err := commands.NewHandler(orders.Aggregate, store, idem, commands.Config{Registry: order.Registry})
+	h, err := commands.NewHandler(ordercmd.Aggregate, store, idem, commands.Config{Registry: order.Registry})
 	if err != nil {
 		t.Fatal(err)
 	}

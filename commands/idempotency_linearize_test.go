@@ -15,12 +15,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/strata-es/strata/commands"
-	"github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordercmd"
 	"github.com/strata-es/strata/internal/linearize"
 	"github.com/strata-es/strata/internal/testdb"
 )
@@ -75,7 +75,7 @@ func (s cancelling) SaveIdempotency(ctx context.Context, tenant, key, hash strin
 // hash (the body a client would send).
 type keyedCommand struct {
 	key, hash string
-	cmd       orders.Command
+	cmd       ordercmd.Command
 }
 
 const (
@@ -89,13 +89,13 @@ const (
 func commandFor(j, k int, other bool) keyedCommand {
 	id := fmt.Sprintf("o-%d", j)
 	if k == regLines {
-		return keyedCommand{key: id + "/place", hash: "place", cmd: orders.PlaceOrder{OrderID: id}}
+		return keyedCommand{key: id + "/place", hash: "place", cmd: ordercmd.PlaceOrder{OrderID: id}}
 	}
 	kc := keyedCommand{key: fmt.Sprintf("%s/line-%d", id, k), hash: fmt.Sprintf("line-%d", k),
-		cmd: orders.AddLine{OrderID: id, ProductID: fmt.Sprintf("p-%d", k), Quantity: int64(k + 1), UnitPrice: order.Money{Amount: 100, Currency: "EUR"}}}
+		cmd: ordercmd.AddLine{OrderID: id, ProductID: fmt.Sprintf("p-%d", k), Quantity: int64(k + 1), UnitPrice: order.Money{Amount: 100, Currency: "EUR"}}}
 	if other {
 		kc.hash = fmt.Sprintf("other-%d", k)
-		kc.cmd = orders.AddLine{OrderID: id, ProductID: fmt.Sprintf("q-%d", k), Quantity: 1, UnitPrice: order.Money{Amount: 7, Currency: "EUR"}}
+		kc.cmd = ordercmd.AddLine{OrderID: id, ProductID: fmt.Sprintf("q-%d", k), Quantity: 1, UnitPrice: order.Money{Amount: 7, Currency: "EUR"}}
 	}
 	return kc
 }
@@ -132,7 +132,7 @@ func runRegisterWorkload(t *testing.T, h *commands.Handler[*order.Order], store 
 	for _, tenant := range regTenants {
 		ctx := domain.NewContext(context.Background(), tenant)
 		for j := 0; j < regOrders; j++ {
-			if _, err := h.Handle(ctx, orders.CreateOrder{OrderID: fmt.Sprintf("o-%d", j), CustomerID: "c", Currency: "EUR"}, commands.Options{}); err != nil {
+			if _, err := h.Handle(ctx, ordercmd.CreateOrder{OrderID: fmt.Sprintf("o-%d", j), CustomerID: "c", Currency: "EUR"}, commands.Options{}); err != nil {
 				t.Fatal(err)
 			}
 		}

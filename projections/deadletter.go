@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/internal/db"
 )
 
 // The dead-letter store (migration 004_dead_letters; ARCHITECTURE decision

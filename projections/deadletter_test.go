@@ -9,17 +9,16 @@ import (
 	"testing"
 	"time"
 
-	projorders "github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/examples/orders/orderview"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordertest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	"github.com/strata-es/strata/projections/orders"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/projections/projectiontest"
 )
 
@@ -66,7 +65,7 @@ func TestIsPoison(t *testing.T) {
 
 // flaky fails its first n batches with SQL errors of the given code.
 type flaky struct {
-	*orders.OrderList
+	*orderview.OrderList
 	code  string
 	fails atomic.Int32
 }
@@ -103,14 +102,14 @@ func TestFailuresThatParkNothing(t *testing.T) {
 		t.Run(code, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, time.Minute)
-			d := testdb.New(t, projorders.Migrations)
+			d := testdb.New(t, orderview.Migrations)
 			store := postgres.New(d.App, d.Projector)
 			evs := ordertest.Generate(ordertest.Config{Seed: 3, Tenants: 2, Orders: 20, Customers: 3, Start: time.Now()})
 			end, err := projectiontest.Append(ctx, store, evs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &flaky{OrderList: orders.NewOrderList(orders.OrderListTables{}), code: code}
+			p := &flaky{OrderList: orderview.NewOrderList(orderview.OrderListTables{}), code: code}
 			p.fails.Store(6)
 			r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1, InitialDelay: 10 * time.Millisecond},
 				MinErrorBackoff: 10 * time.Millisecond, MaxErrorBackoff: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
@@ -122,9 +121,9 @@ func TestFailuresThatParkNothing(t *testing.T) {
 			go func() { defer close(done); r.Run(rctx) }()
 			defer func() { stop(); <-done }()
 			waitFor(t, 30*time.Second, "the projection to reach the end", func() bool {
-				return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Position.Less(end)
+				return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName).Position.Less(end)
 			})
-			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName)
+			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName)
 			if cp.ParkedStreams != 0 || cp.ParkedLetters != 0 {
 				t.Errorf("parked %d streams, %d letters on %s, want none", cp.ParkedStreams, cp.ParkedLetters, code)
 			}
@@ -160,14 +159,14 @@ func containsTable(want, got string) bool {
 func TestExclusivePausesTheRunner(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	store := postgres.New(d.App, d.Projector)
 	evs := ordertest.Generate(ordertest.Config{Seed: 5, Tenants: 1, Orders: 10, Customers: 2, Start: time.Now()})
 	first, err := projectiontest.Append(ctx, store, evs[:20])
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true,
+	r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true,
 		PollInterval: 50 * time.Millisecond, LeaseRetry: 50 * time.Millisecond, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -177,18 +176,18 @@ func TestExclusivePausesTheRunner(t *testing.T) {
 	go func() { defer close(done); r.Run(rctx) }()
 	defer func() { stop(); <-done }()
 	waitFor(t, 20*time.Second, "the runner to apply the first events", func() bool {
-		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Position.Less(first)
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName).Position.Less(first)
 	})
 
-	x, err := projections.AcquireExclusive(ctx, d.Projector, orders.OrderListName, 10*time.Second)
+	x, err := projections.AcquireExclusive(ctx, d.Projector, orderview.OrderListName, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the runner to pause", func() bool { return r.Status().State == projections.StatePaused })
-	if _, err := projections.AcquireExclusive(ctx, d.Projector, orders.OrderListName, time.Second); !errors.Is(err, projections.ErrBusy) {
+	if _, err := projections.AcquireExclusive(ctx, d.Projector, orderview.OrderListName, time.Second); !errors.Is(err, projections.ErrBusy) {
 		t.Errorf("a second tool: %v, want projections.ErrBusy", err)
 	}
-	mon := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: []string{orders.OrderListName}})
+	mon := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: []string{orderview.OrderListName}})
 	st, err := mon.All(ctx)
 	if err != nil || st[0].State != projections.StatePaused {
 		t.Errorf("monitor says %v (%v), want paused", st, err)
@@ -198,11 +197,11 @@ func TestExclusivePausesTheRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName); !cp.Position.Less(end) {
+	if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName); !cp.Position.Less(end) {
 		t.Fatal("the paused runner applied events")
 	}
 	x.Release()
 	waitFor(t, 10*time.Second, "the runner to resume and apply the rest", func() bool {
-		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Position.Less(end)
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName).Position.Less(end)
 	})
 }

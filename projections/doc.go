@@ -26,6 +26,6 @@
 // projections: checkpoints (Consistency waits for a consistency token) and
 // their status and lag (Monitor).
 //
-// It imports domain, the eventstore port, internal/db, internal/failpoint and
+// It imports domain, the eventstore port, db, internal/failpoint and
 // pgx; never commands, never readmodels.
 package projections

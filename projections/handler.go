@@ -75,4 +75,4 @@ func Renamed(rename map[string]string, table string) string {
 // planner can only run as one index probe per key) and update or delete it
 // by ctid: one index probe per row whatever the statistics. Checked with
 // EXPLAIN on a table prepared empty and grown to 100,000 rows; the orders
-// module's projections (projections/orders) show the pattern.
+// module's projections (examples/orders/orderview) show the pattern.

@@ -11,20 +11,19 @@ import (
 	"testing"
 	"time"
 
-	projorders "github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/examples/orders/orderview"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordertest"
 	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	"github.com/strata-es/strata/projections/orders"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/projections/projectiontest"
 )
 
@@ -43,7 +42,7 @@ const kills = 100
 func TestExactlyOnceUnderKill(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 5*time.Minute)
-	d := testdb.NewPrivate(t, nil, projorders.Migrations).DB
+	d := testdb.NewPrivate(t, nil, orderview.Migrations).DB
 	evs := ordertest.Generate(ordertest.Config{Seed: 77, Tenants: 4, Orders: 800, Customers: 30, Open: 60, Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 	projectiontest.MustSeed(ctx, t, d.AdminURL, evs, 2000)
 
@@ -68,7 +67,7 @@ func TestExactlyOnceUnderKill(t *testing.T) {
 	// A last projector, without failpoints, finishes the job.
 	store := postgres.New(d.App, d.Projector)
 	head := projectiontest.Head(ctx, t, store)
-	for _, p := range orders.All() {
+	for _, p := range orderview.All() {
 		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +130,7 @@ func TestKillChild(t *testing.T) {
 	store := postgres.New(nil, pool)
 	shared := projections.NewSharedReads(store, order.Registry, 4)
 	var wg sync.WaitGroup
-	for _, p := range orders.All() {
+	for _, p := range orderview.All() {
 		r, err := projections.NewRunner(p, store, pool, projections.RunnerConfig{Registry: order.Registry, BatchSize: 16, Shared: shared, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)

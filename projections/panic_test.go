@@ -8,12 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordertest"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	"github.com/strata-es/strata/projections/orders"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/projections/projectiontest"
 )
 
@@ -21,7 +21,7 @@ import (
 // event of one tenant's one stream, in both paths (and in a queued
 // statement's callback when asked).
 type panicky struct {
-	*orders.OrderList
+	*orderview.OrderList
 	tenant, stream string
 	inCallback     bool
 }
@@ -66,7 +66,7 @@ func TestPanickingProjectionParksItsStream(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, time.Minute)
-			d := testdb.New(t, orders.Migrations)
+			d := testdb.New(t, orderview.Migrations)
 			store := postgres.New(d.App, d.Projector)
 			evs := ordertest.Generate(ordertest.Config{Seed: 11, Tenants: 3, Orders: 12, Customers: 3, Start: time.Now()})
 			end, err := projectiontest.Append(ctx, store, evs)
@@ -74,7 +74,7 @@ func TestPanickingProjectionParksItsStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			victim := evs[len(evs)/2]
-			p := &panicky{OrderList: orders.NewOrderList(orders.OrderListTables{}), tenant: victim.Tenant, stream: victim.Stream, inCallback: inCallback}
+			p := &panicky{OrderList: orderview.NewOrderList(orderview.OrderListTables{}), tenant: victim.Tenant, stream: victim.Stream, inCallback: inCallback}
 			r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true,
 				Failures: projections.FailurePolicy{Attempts: 1}, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
 			if err != nil {
@@ -85,9 +85,9 @@ func TestPanickingProjectionParksItsStream(t *testing.T) {
 			go func() { defer close(done); r.Run(rctx) }()
 			defer func() { stop(); <-done }()
 			waitFor(t, 30*time.Second, "the projection to reach the end", func() bool {
-				return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Position.Less(end)
+				return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName).Position.Less(end)
 			})
-			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName)
+			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName)
 			if cp.ParkedStreams != 1 || cp.Status != "running" {
 				t.Errorf("checkpoint: %d parked streams, status %s; want 1 and running", cp.ParkedStreams, cp.Status)
 			}
@@ -111,7 +111,7 @@ func TestPanickingProjectionParksItsStream(t *testing.T) {
 			defer conn.Close(context.Background())
 			var stream, cause string
 			if err := conn.QueryRow(ctx, `SELECT stream_id, error FROM strata.dead_letters WHERE projection = $1 AND tenant_id = $2 ORDER BY id LIMIT 1`,
-				orders.OrderListName, victim.Tenant).Scan(&stream, &cause); err != nil {
+				orderview.OrderListName, victim.Tenant).Scan(&stream, &cause); err != nil {
 				t.Fatal(err)
 			}
 			if stream != victim.Stream || !strings.Contains(cause, "panicked") {

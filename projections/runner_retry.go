@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 )
 
 // loadRetries reads which parked streams are still to be retried

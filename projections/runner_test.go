@@ -9,18 +9,17 @@ import (
 	"testing"
 	"time"
 
-	projorders "github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/examples/orders/orderview"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordertest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	"github.com/strata-es/strata/projections/orders"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/projections/projectiontest"
 )
 
@@ -72,7 +71,7 @@ func (p failingProjection) Apply(b *pgx.Batch, ev projections.Event) error {
 func TestEventErrorNamesTheFailingEvent(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	store := postgres.New(d.App, d.Projector)
 	evs := ordertest.Generate(ordertest.Config{Seed: 1, Tenants: 3, Orders: 6, Customers: 2, Start: time.Now()})
 	end, err := projectiontest.Append(ctx, store, evs)
@@ -145,7 +144,7 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, time.Minute)
-			d := testdb.New(t, projorders.Migrations)
+			d := testdb.New(t, orderview.Migrations)
 			store := postgres.New(d.App, d.Projector)
 			at := time.Date(2026, 4, 1, 10, 0, 0, 0, time.UTC)
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 1, order.Created{OrderID: "h1", CustomerID: "c-1", Currency: "EUR", At: at})
@@ -155,7 +154,7 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			beforeHole := projectiontest.Head(ctx, t, store)
 			if tc.warmFirst {
 				// A first runner applies versions 1 and 2 and goes away.
-				r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
+				r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -165,13 +164,13 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			}
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 4, order.Placed{OrderID: "h1", Total: order.Money{Amount: 100, Currency: "EUR"}, At: at})
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h2", 1, order.Created{OrderID: "h2", CustomerID: "c-1", Currency: "EUR", At: at})
-			// orders.All four in the runner's first read: a transaction open
+			// orderview.All four in the runner's first read: a transaction open
 			// elsewhere in the shared cluster may hide the newest for a
 			// moment (decision 1).
 			waitVisible(ctx, t, store, d.AdminURL)
 
 			var logs logBuffer
-			r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, BatchSize: tc.batch,
+			r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, BatchSize: tc.batch,
 				MinErrorBackoff: 20 * time.Millisecond, MaxErrorBackoff: 50 * time.Millisecond,
 				Logger: slogTo(&logs)})
 			if err != nil {
@@ -188,9 +187,9 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 				t.Errorf("last error %q does not name the hole", st.LastError)
 			}
 			waitFor(t, 10*time.Second, "the error to be projectiontest.Recorded", func() bool {
-				return projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName).Status == projections.StateError
+				return projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName).Status == projections.StateError
 			})
-			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName)
+			cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName)
 			if tc.warmFirst && cp.Position != beforeHole {
 				t.Errorf("checkpoint %s, want %s (just before the hole)", cp.Position, beforeHole)
 			}
@@ -203,7 +202,7 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			if !strings.Contains(logs.String(), "projection stopped at an event it cannot apply") {
 				t.Errorf("no clear log line; logs:\n%s", logs.String())
 			}
-			m := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: []string{orders.OrderListName}})
+			m := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: []string{orderview.OrderListName}})
 			sts, err := m.All(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -222,13 +221,13 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 func TestLeaseOneActiveRunner(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	store := postgres.New(d.App, d.Projector)
 	wake := projections.NewSignal()
 	cfg := projections.RunnerConfig{Registry: order.Registry, BatchSize: 50, PollInterval: 50 * time.Millisecond, LeaseRetry: 30 * time.Millisecond, Wake: wake.C, Logger: quietLogger()}
 	var runners []*projections.Runner
 	for range 2 {
-		r, err := projections.NewRunner(orders.NewCustomerSummaries(orders.CustomerSummaryTables{}), store, d.Projector, cfg)
+		r, err := projections.NewRunner(orderview.NewCustomerSummaries(orderview.CustomerSummaryTables{}), store, d.Projector, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +262,7 @@ func TestLeaseOneActiveRunner(t *testing.T) {
 	}
 	wake.Fire()
 	waitFor(t, 20*time.Second, "the first half to be applied", func() bool {
-		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.CustomerSummaryName).Position.Less(pos)
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.CustomerSummaryName).Position.Less(pos)
 	})
 	for _, r := range runners {
 		if r.Status().State == projections.StateRunning {
@@ -276,7 +275,7 @@ func TestLeaseOneActiveRunner(t *testing.T) {
 			err = conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND classid = $1::int::oid AND objid = $2::bigint::oid AND objsubid = 2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-				projections.LeaseClass, int64(uint32(projections.LeaseKey(orders.CustomerSummaryName)))).Scan(&killed)
+				projections.LeaseClass, int64(uint32(projections.LeaseKey(orderview.CustomerSummaryName)))).Scan(&killed)
 			conn.Close(ctx)
 			if err != nil || !killed {
 				t.Fatalf("terminate the active session: %v %v", killed, err)
@@ -295,15 +294,15 @@ WHERE locktype = 'advisory' AND granted AND classid = $1::int::oid AND objid = $
 	}
 	wake.Fire()
 	waitFor(t, 20*time.Second, "the second half to be applied", func() bool {
-		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.CustomerSummaryName).Position.Less(pos)
+		return !projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.CustomerSummaryName).Position.Less(pos)
 	})
 	waitFor(t, 20*time.Second, "the killed runner to stand by", func() bool { r, s := states(); return r == 1 && s == 1 })
 	want, err := ordertest.Expected(evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantTables := sections(want, orders.NewCustomerSummaries(orders.CustomerSummaryTables{}).Tables())
-	if got := ordertest.Dump(ctx, t, d.AdminURL, orders.NewCustomerSummaries(orders.CustomerSummaryTables{}).Tables()...); got != wantTables {
+	wantTables := sections(want, orderview.NewCustomerSummaries(orderview.CustomerSummaryTables{}).Tables())
+	if got := ordertest.Dump(ctx, t, d.AdminURL, orderview.NewCustomerSummaries(orderview.CustomerSummaryTables{}).Tables()...); got != wantTables {
 		t.Errorf("rows after the take-over:\n%s", ordertest.Diff(wantTables, got))
 	}
 }
@@ -349,7 +348,7 @@ var _ = fmt.Sprint
 func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	store := postgres.New(d.App, d.Projector)
 	evs := ordertest.Generate(ordertest.Config{Seed: 5, Tenants: 2, Orders: 30, Customers: 4, Open: 30, Start: time.Now()})
 	// Apply the creations, then remove one order's row.
@@ -364,7 +363,7 @@ func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
+	r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +405,7 @@ func TestSetBasedFailureIsPinnedToItsEvent(t *testing.T) {
 	// Batches before the failing one may commit (on a shared test cluster
 	// another test's open transaction can make the new events visible in
 	// more than one read); nothing at or after the failing event may.
-	if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orders.OrderListName); cp.Position.Less(pos) || !cp.Position.Less(ee.Event.Position) {
+	if cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, orderview.OrderListName); cp.Position.Less(pos) || !cp.Position.Less(ee.Event.Position) {
 		t.Errorf("checkpoint %s, want from %s up to before the failing event at %s: nothing of the failed batch may commit",
 			cp.Position, pos, ee.Event.Position)
 	}

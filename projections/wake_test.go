@@ -6,18 +6,17 @@ import (
 	"testing"
 	"time"
 
-	projorders "github.com/strata-es/strata/projections/orders"
+	"github.com/strata-es/strata/examples/orders/orderview"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordertest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	"github.com/strata-es/strata/projections/orders"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/projections/projectiontest"
 )
 
@@ -77,9 +76,9 @@ func appendOne(t *testing.T, ctx context.Context, s eventstore.Store, tenant, id
 func TestWakeInProcess(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	store, wake, progress := wakingStore(d)
-	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
+	r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +87,7 @@ func TestWakeInProcess(t *testing.T) {
 	for i := range 20 {
 		began := time.Now()
 		pos := appendOne(t, ctx, store, "t-w", "w"+string(rune('a'+i)))
-		lat = append(lat, awaitApplied(t, progress, orders.OrderListName, pos, began, 10*time.Second))
+		lat = append(lat, awaitApplied(t, progress, orderview.OrderListName, pos, began, 10*time.Second))
 	}
 	slices.Sort(lat)
 	t.Logf("append -> applied, in-process wake-up: median %s, max %s", lat[len(lat)/2], lat[len(lat)-1])
@@ -100,7 +99,7 @@ func TestWakeInProcess(t *testing.T) {
 func TestWakeAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	lctx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
 
@@ -115,7 +114,7 @@ func TestWakeAcrossProcesses(t *testing.T) {
 	}
 	progress := projections.NewProgress()
 	reader := postgres.New(d.App, d.Projector)
-	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), reader, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: listened.C, Progress: progress, Logger: quietLogger()})
+	r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), reader, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: listened.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +130,7 @@ func TestWakeAcrossProcesses(t *testing.T) {
 	for i := range 10 {
 		began := time.Now()
 		pos := appendOne(t, ctx, writer, "t-x", "x"+string(rune('a'+i)))
-		lat = append(lat, awaitApplied(t, progress, orders.OrderListName, pos, began, 10*time.Second))
+		lat = append(lat, awaitApplied(t, progress, orderview.OrderListName, pos, began, 10*time.Second))
 	}
 	slices.Sort(lat)
 	t.Logf("append -> applied, NOTIFY/LISTEN wake-up: median %s, max %s", lat[len(lat)/2], lat[len(lat)-1])
@@ -146,9 +145,9 @@ func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	// A cluster of its own: the held transaction pauses every reader of
 	// its cluster.
-	d := testdb.NewPrivate(t, nil, projorders.Migrations).DB
+	d := testdb.NewPrivate(t, nil, orderview.Migrations).DB
 	store, wake, progress := wakingStore(d)
-	r, err := projections.NewRunner(orders.NewOrderList(orders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
+	r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: noPoll, Wake: wake.C, Progress: progress, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +167,14 @@ func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
 	}
 	pos := appendOne(t, ctx, store, "t-r", "r1") // committed, fires the wake-up, not visible yet
 	time.Sleep(100 * time.Millisecond)           // the runner re-reads meanwhile (nothing to wait on: this is the open transaction's lifetime)
-	if got, _ := progress.Position(orders.OrderListName); !got.Less(pos) {
+	if got, _ := progress.Position(orderview.OrderListName); !got.Less(pos) {
 		t.Fatal("the event was applied while an older transaction was open")
 	}
 	committed := time.Now()
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lat := awaitApplied(t, progress, orders.OrderListName, pos, committed, 5*time.Second)
+	lat := awaitApplied(t, progress, orderview.OrderListName, pos, committed, 5*time.Second)
 	t.Logf("applied %s after the older transaction ended (poll interval %s)", lat, noPoll)
 }
 
@@ -186,10 +185,10 @@ func TestWakeRepollsBehindAnOpenTransaction(t *testing.T) {
 func TestWakeSharesTheHeadRead(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	store, wake, progress := wakingStore(d)
 	shared := projections.NewSharedReads(store, order.Registry, 0)
-	all := orders.All()
+	all := orderview.All()
 	for _, p := range all {
 		// A gather pause longer than an append takes: every runner is
 		// woken and pausing before the first of them reads.

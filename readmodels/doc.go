@@ -3,9 +3,9 @@
 // whose tenant comes from the context (row-level security does the
 // filtering; a missing tenant fails closed); Cursor pages lists by keyset;
 // DB also writes the audit trail of cross-tenant admin reads. Modules'
-// readers (readmodels/orders) build on it; the HTTP plumbing is
+// readers (examples/orders/orderquery) build on it; the HTTP plumbing is
 // readmodels/queryapi.
 //
-// It imports domain, internal/db and pgx; never commands, never
+// It imports domain, db and pgx; never commands, never
 // projections, never a module.
 package readmodels

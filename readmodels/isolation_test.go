@@ -6,20 +6,20 @@ import (
 	"testing"
 	"time"
 
-	rmorders "github.com/strata-es/strata/readmodels/orders"
+	"github.com/strata-es/strata/examples/orders/orderquery"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
 )
 
@@ -60,7 +60,7 @@ func populate(ctx context.Context, t *testing.T, d *testdb.DB) {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range projorders.All() {
+	for _, p := range orderview.All() {
 		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry})
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func counts(ctx context.Context, t *testing.T, tx pgx.Tx, tenant string) (visibl
 func TestTenantIsolationAsApplicationRole(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	populate(ctx, t, d)
 
 	t.Run("tenant B reads none of tenant A's rows", func(t *testing.T) {
@@ -121,8 +121,8 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		// And through the query side.
-		_, err = rmorders.NewReader(readmodels.NewDB(d.App)).Order(domain.NewContext(ctx, "t-nobody"), "o-1")
-		if !errors.Is(err, rmorders.ErrOrderNotFound) {
+		_, err = orderquery.NewReader(readmodels.NewDB(d.App)).Order(domain.NewContext(ctx, "t-nobody"), "o-1")
+		if !errors.Is(err, orderquery.ErrOrderNotFound) {
 			t.Errorf("another tenant's order: %v, want not found", err)
 		}
 	})
@@ -139,7 +139,7 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 				t.Errorf("%s: %d rows visible without a tenant", table, visible[table])
 			}
 		}
-		if _, err := rmorders.NewReader(readmodels.NewDB(d.App)).Order(ctx, "o-1"); !errors.Is(err, db.ErrNoTenant) {
+		if _, err := orderquery.NewReader(readmodels.NewDB(d.App)).Order(ctx, "o-1"); !errors.Is(err, db.ErrNoTenant) {
 			t.Errorf("a query without a tenant: %v, want %v", err, db.ErrNoTenant)
 		}
 	})
@@ -163,7 +163,7 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The reader's pipelined path, then a bare transaction.
-		if _, err := rmorders.NewReader(readmodels.NewDB(pool)).Order(domain.NewContext(ctx, tenantA), "o-1"); err != nil {
+		if _, err := orderquery.NewReader(readmodels.NewDB(pool)).Order(domain.NewContext(ctx, tenantA), "o-1"); err != nil {
 			t.Fatal(err)
 		}
 		tx, err := pool.Begin(ctx)

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/db"
 )
 
 // AuditEntry records who looked at what across tenants.
@@ -21,7 +21,7 @@ type AuditEntry struct {
 }
 
 // DB reads read models as the application role, always within the
-// tenant of the context. Modules' readers (readmodels/orders) read through
+// tenant of the context. Modules' readers (examples/orders/orderquery) read through
 // it, so that no query can run without its tenant set.
 type DB struct {
 	pool *pgxpool.Pool

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -23,11 +23,11 @@ import (
 func TestDeadLetterSemantics(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	fixed := &atomic.Bool{}
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	// Version 2 of streams s and u cannot be applied until fixed.
-	p := poisoned{OrderDetails: projorders.NewOrderDetails(projorders.OrderDetailsTables{}), fixed: fixed,
+	p := poisoned{OrderDetails: orderview.NewOrderDetails(orderview.OrderDetailsTables{}), fixed: fixed,
 		bad: func(ev event.Record) bool {
 			return ev.Version == 2 && (ev.Stream == "order-s" || ev.Stream == "order-u")
 		}}
@@ -129,10 +129,10 @@ JOIN order_details o USING (tenant_id, order_id) WHERE l.tenant_id = 'acme' AND 
 func TestAutoRetryUnparks(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	fixed := &atomic.Bool{}
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	p := poisoned{OrderDetails: projorders.NewOrderDetails(projorders.OrderDetailsTables{}), fixed: fixed,
+	p := poisoned{OrderDetails: orderview.NewOrderDetails(orderview.OrderDetailsTables{}), fixed: fixed,
 		bad: func(ev event.Record) bool { return ev.Version == 1 }}
 	b := newBundle(t, d, p)
 	runLive(t, b, p, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true,

@@ -16,6 +16,6 @@
 // projections.AcquireExclusive: the runner, in whatever process, finishes
 // its batch and yields until the operation is done.
 //
-// It imports projections, the eventstore port, domain, internal/db and pgx;
+// It imports projections, the eventstore port, domain, db and pgx;
 // never commands, never readmodels.
 package replay

@@ -15,13 +15,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -46,7 +46,7 @@ func newBundle(t testing.TB, d *testdb.DB, ps ...projections.Projection) *bundle
 	t.Helper()
 	store := postgres.New(d.App, d.Projector)
 	if ps == nil {
-		ps = projorders.All()
+		ps = orderview.All()
 	}
 	svc, err := replay.New(replay.Config{Registry: order.Registry, Pool: d.Projector, App: d.App, Log: store, Projections: ps, Logger: quiet(),
 		Runner:       projections.RunnerConfig{Registry: order.Registry, BatchSize: 500, Failures: projections.FailurePolicy{Attempts: 3, InitialDelay: 20 * time.Millisecond, MaxDelay: 50 * time.Millisecond}},

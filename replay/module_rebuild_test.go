@@ -8,12 +8,12 @@ import (
 
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/inventory"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/inventory/stock"
+	"github.com/strata-es/strata/examples/inventory/stockview"
+	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projinventory "github.com/strata-es/strata/projections/inventory"
 	"github.com/strata-es/strata/projections/projectiontest"
 	"github.com/strata-es/strata/replay"
 )
@@ -37,13 +37,13 @@ func TestRebuildOfAnotherModulesProjection(t *testing.T) {
 	for i := range 12 {
 		tenant, sku := []string{"t-a", "t-b"}[i%2], fmt.Sprintf("sku-%d", i)
 		at := start.Add(time.Duration(i) * time.Minute)
-		head = appendWith(ctx, t, store, reg, tenant, inventory.StreamID(sku), 0,
-			inventory.Received{SKU: sku, Quantity: int64(10 + i), At: at},
-			inventory.Reserved{SKU: sku, ReservationID: "r-1", Quantity: 3, At: at},
-			inventory.Committed{SKU: sku, ReservationID: "r-1", Quantity: 3, At: at})
+		head = appendWith(ctx, t, store, reg, tenant, stock.StreamID(sku), 0,
+			stock.Received{SKU: sku, Quantity: int64(10 + i), At: at},
+			stock.Reserved{SKU: sku, ReservationID: "r-1", Quantity: 3, At: at},
+			stock.Committed{SKU: sku, ReservationID: "r-1", Quantity: 3, At: at})
 	}
 	appendAll(ctx, t, store, orderHistories[20:]) // and orders after them
-	p := projinventory.NewItems(projinventory.ItemsTables{})
+	p := stockview.NewItems(stockview.ItemsTables{})
 	live, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: reg, DeadLetters: true, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestRebuildRefusesUndecodableEvents(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, modules.All().Lines()...)
 	store := postgres.New(d.App, d.Projector)
-	p := projinventory.NewItems(projinventory.ItemsTables{})
+	p := stockview.NewItems(stockview.ItemsTables{})
 	_, err := replay.New(replay.Config{Registry: order.Registry, Projections: []projections.Projection{p}, Pool: d.Projector, App: d.App,
 		Log: store, Logger: quiet()})
 	if !errors.Is(err, event.ErrUnknownType) {

@@ -14,18 +14,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
 // poisoned is OrderDetails with a handler bug: it cannot apply the events
 // bad picks until fixed is set.
 type poisoned struct {
-	*projorders.OrderDetails
+	*orderview.OrderDetails
 	bad   func(event.Record) bool
 	fixed *atomic.Bool
 }
@@ -51,7 +51,7 @@ func (p poisoned) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 }
 
 func (p poisoned) WithTables(m map[string]string) projections.Projection {
-	return poisoned{OrderDetails: p.OrderDetails.WithTables(m).(*projorders.OrderDetails), bad: p.bad, fixed: p.fixed}
+	return poisoned{OrderDetails: p.OrderDetails.WithTables(m).(*orderview.OrderDetails), bad: p.bad, fixed: p.fixed}
 }
 
 // TestPoisonIsolation is the acceptance test of decision 5: a handler that
@@ -66,7 +66,7 @@ func TestPoisonIsolation(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	// A cluster of its own: lag is measured, and any transaction held open
 	// elsewhere in a cluster pauses every reader of its log.
-	priv := testdb.NewPrivate(t, nil, projorders.Migrations)
+	priv := testdb.NewPrivate(t, nil, orderview.Migrations)
 	fixed := &atomic.Bool{}
 	const (
 		tenants    = 4
@@ -78,7 +78,7 @@ func TestPoisonIsolation(t *testing.T) {
 	)
 	streamOf := func(i int) (tenant, id string) { return fmt.Sprintf("t%d", i%tenants), fmt.Sprintf("s%02d", i) }
 	poisonTenant, poisonID := streamOf(poisonIdx)
-	p := poisoned{OrderDetails: projorders.NewOrderDetails(projorders.OrderDetailsTables{}), fixed: fixed,
+	p := poisoned{OrderDetails: orderview.NewOrderDetails(orderview.OrderDetailsTables{}), fixed: fixed,
 		bad: func(ev event.Record) bool {
 			return ev.Tenant == poisonTenant && ev.Stream == order.StreamID(poisonID) && ev.Version == poisonAt
 		}}

@@ -18,20 +18,20 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
-	cmdorders "github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordercmd"
+	"github.com/strata-es/strata/examples/orders/orderquery"
+	"github.com/strata-es/strata/examples/orders/orderview"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
-	rmorders "github.com/strata-es/strata/readmodels/orders"
 	"github.com/strata-es/strata/readmodels/queryapi"
 	"github.com/strata-es/strata/replay"
 )
@@ -54,7 +54,7 @@ func newLiveSide(t testing.TB, d *testdb.DB, ps ...projections.Projection) *live
 	t.Helper()
 	b := newBundle(t, d, ps...)
 	if ps == nil {
-		ps = projorders.All()
+		ps = orderview.All()
 	}
 	wake, progress := projections.NewSignal(), projections.NewProgress()
 	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
@@ -72,13 +72,13 @@ func newLiveSide(t testing.TB, d *testdb.DB, ps ...projections.Projection) *live
 	ls.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	ls.api = ls.router.NewRoute().Subrouter()
 	ls.api.Use(httpapi.Authenticate(verifier))
-	if err := cmdorders.Commands(ls.api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
+	if err := ordercmd.Commands(ls.api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
 		t.Fatal(err)
 	}
 	monitor := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: projections.Names(ps)})
 	qa := queryapi.New(readmodels.NewDB(d.App), projections.NewConsistency(d.App, progress), monitor, queryapi.Config{})
 	qa.RegisterAdmin(ls.api)
-	qa.Register(ls.api, rmorders.Queries(readmodels.NewDB(d.App))...)
+	qa.Register(ls.api, orderquery.Queries(readmodels.NewDB(d.App))...)
 	srv := httptest.NewServer(httpapi.WithRequestID(httpapi.Recover(ls.router)))
 	t.Cleanup(srv.Close)
 	ls.url = srv.URL
@@ -142,17 +142,17 @@ func (ls *liveSide) waitLive(ctx context.Context, t testing.TB) event.Position {
 func TestRebuildUnderLoad(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 3*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	tenants := []string{"acme", "beta", "gamma"}
 	seedSQL(ctx, t, d.AdminURL, genHistories(7, tenants, 4000, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
 	ls := newLiveSide(t, d)
 	ls.waitLive(ctx, t)
-	before, err := projections.ReadCheckpoints(ctx, d.Projector, projections.Names(projorders.All())...)
+	before, err := projections.ReadCheckpoints(ctx, d.Projector, projections.Names(orderview.All())...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tables []string
-	for _, p := range projorders.All() {
+	for _, p := range orderview.All() {
 		tables = append(tables, p.Tables()...)
 	}
 	shape := catalogShape(ctx, t, d.AdminURL, tables)
@@ -241,7 +241,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range projorders.All() {
+	for _, p := range orderview.All() {
 		if after[p.Name()].Generation == before[p.Name()].Generation {
 			t.Errorf("%s kept its generation: not swapped", p.Name())
 		}
@@ -253,8 +253,8 @@ func TestRebuildUnderLoad(t *testing.T) {
 	if after := catalogShape(ctx, t, d.AdminURL, tables); after != shape {
 		t.Errorf("the swapped tables' shape differs from the originals':\n%s", diffLines(shape, after))
 	}
-	want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, ls.bundle, head, projorders.All()...))
-	got := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...))
+	want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, ls.bundle, head, orderview.All()...))
+	got := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...))
 	if got != want {
 		t.Fatalf("rebuilt read model differs from a fresh rebuild at %s:\n%s", head, diffLines(want, got))
 	}
@@ -287,14 +287,14 @@ WHERE n.nspname = 'strata' AND (relname LIKE '%\_\_rebuild%' OR relname LIKE '%\
 func TestRebuildResumes(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	seedSQL(ctx, t, d.AdminURL, genHistories(11, []string{"acme", "beta"}, 1500, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
 	b := newBundle(t, d)
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, Log: b.store, Logger: quiet(), Runner: projections.RunnerConfig{BatchSize: 100}})
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, Log: b.store, Logger: quiet(), Runner: projections.RunnerConfig{BatchSize: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := []string{projorders.OrderDetailsName}
+	list := []string{orderview.OrderDetailsName}
 	rctx, cancel := context.WithCancel(ctx)
 	var batches atomic.Int64
 	_, err = svc.Rebuild(rctx, replay.RebuildOptions{Projections: list, ProgressEvery: time.Nanosecond, Progress: func(p replay.Progress) {
@@ -305,7 +305,7 @@ func TestRebuildResumes(t *testing.T) {
 	if err == nil || rctx.Err() == nil {
 		t.Fatalf("interrupted rebuild returned %v", err)
 	}
-	key := projorders.OrderDetailsName + "__rebuild"
+	key := orderview.OrderDetailsName + "__rebuild"
 	cp := checkpoint(ctx, t, b, key)
 	if cp.Position.IsZero() || cp.Rebuild == nil {
 		t.Fatalf("interrupted rebuild left checkpoint %+v", cp)
@@ -329,7 +329,7 @@ func TestRebuildResumes(t *testing.T) {
 		t.Error("the second run did not resume")
 	}
 	head := lastPosition(ctx, t, b)
-	p := projorders.NewOrderDetails(projorders.OrderDetailsTables{})
+	p := orderview.NewOrderDetails(orderview.OrderDetailsTables{})
 	want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, b, head, p))
 	if got := dumpTables(ctx, t, d.AdminURL, liveTables(p)); got != want {
 		t.Fatalf("resumed rebuild differs from a fresh rebuild:\n%s", diffLines(want, got))
@@ -342,7 +342,7 @@ func TestRebuildResumes(t *testing.T) {
 func TestRebuildTenant(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	seedSQL(ctx, t, d.AdminURL, genHistories(13, []string{"acme", "beta"}, 600, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
 	ls := newLiveSide(t, d)
 	ls.waitLive(ctx, t)
@@ -350,7 +350,7 @@ func TestRebuildTenant(t *testing.T) {
 		`UPDATE order_list SET total_amount = -1`,
 		`UPDATE customer_summaries SET orders = orders + 100`,
 		`DELETE FROM daily_revenue WHERE tenant_id = 'acme' AND day < '2025-02-01'`)
-	damaged := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...))
+	damaged := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...))
 
 	plan, err := ls.svc.Plan(ctx, replay.RebuildOptions{Tenant: "acme"})
 	if err != nil {
@@ -359,15 +359,15 @@ func TestRebuildTenant(t *testing.T) {
 	if plan.Projections[0].TenantEvents == 0 || plan.Projections[0].TenantEvents >= plan.Projections[0].Events {
 		t.Errorf("plan counts %d events of acme among %d", plan.Projections[0].TenantEvents, plan.Projections[0].Events)
 	}
-	if got := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...)); got != damaged {
+	if got := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...)); got != damaged {
 		t.Fatal("the plan changed rows")
 	}
 	if _, err := ls.svc.Rebuild(ctx, replay.RebuildOptions{Tenant: "acme", Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	head := ls.waitLive(ctx, t)
-	fresh := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, ls.bundle, head, projorders.All()...))
-	got := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...))
+	fresh := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, ls.bundle, head, orderview.All()...))
+	got := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...))
 	tenantLines := func(s, tenant string) string {
 		var out []string
 		for _, l := range strings.Split(s, "\n") {
@@ -394,11 +394,11 @@ func TestRebuildTenant(t *testing.T) {
 func TestRebuildDryRunChangesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	seedSQL(ctx, t, d.AdminURL, genHistories(17, []string{"acme"}, 200, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
 	b := newBundle(t, d)
 	head := lastPosition(ctx, t, b)
-	for _, p := range projorders.All() {
+	for _, p := range orderview.All() {
 		r, err := projections.NewRunner(p, b.store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
@@ -416,7 +416,7 @@ func TestRebuildDryRunChangesNothing(t *testing.T) {
 		if err := conn.QueryRow(ctx, `SELECT string_agg(to_jsonb(c)::text, ',' ORDER BY projection) FROM projection_checkpoints c`).Scan(&cps); err != nil {
 			t.Fatal(err)
 		}
-		return catalog + "\n" + cps + "\n" + dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...))
+		return catalog + "\n" + cps + "\n" + dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...))
 	}
 	before := snapshot()
 	from := event.Position{}
@@ -439,14 +439,14 @@ func TestRebuildDryRunChangesNothing(t *testing.T) {
 func TestRebuildFrom(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	hs := genHistories(19, []string{"acme", "beta"}, 300, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	seedSQL(ctx, t, d.AdminURL, hs[:200])
 	b := newBundle(t, d)
 	token := lastPosition(ctx, t, b)
 	seedSQL(ctx, t, d.AdminURL, hs[200:])
 	head := lastPosition(ctx, t, b)
-	for _, p := range projorders.All() {
+	for _, p := range orderview.All() {
 		r, err := projections.NewRunner(p, b.store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
@@ -456,19 +456,19 @@ func TestRebuildFrom(t *testing.T) {
 		}
 	}
 	if _, err := b.svc.Rebuild(ctx, replay.RebuildOptions{From: &token}); !errors.Is(err, replay.ErrInvalid) ||
-		!strings.Contains(err.Error(), projorders.CustomerSummaryName) {
+		!strings.Contains(err.Error(), orderview.CustomerSummaryName) {
 		t.Fatalf("--from over every projection: %v, want a refusal naming customer_summary", err)
 	}
 	// Damage an order touched after the token and one that was not.
 	adminExec(ctx, t, d.AdminURL, `UPDATE order_list SET customer_id = 'damaged' WHERE order_id IN ('o00250', 'o00010')`)
-	res, err := b.svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{projorders.OrderListName, projorders.OrderDetailsName}, From: &token})
+	res, err := b.svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{orderview.OrderListName, orderview.OrderDetailsName}, From: &token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Projections[0].Streams != 100 {
 		t.Errorf("re-derived %d streams, want the 100 orders seeded after the token", res.Projections[0].Streams)
 	}
-	p := projorders.NewOrderList(projorders.OrderListTables{})
+	p := orderview.NewOrderList(orderview.OrderListTables{})
 	fresh := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, b, head, p))
 	got := dumpTables(ctx, t, d.AdminURL, liveTables(p))
 	d1 := diffLines(fresh, got)
@@ -484,9 +484,9 @@ func TestRebuildFrom(t *testing.T) {
 func TestNewProjectionBackfills(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	seedSQL(ctx, t, d.AdminURL, genHistories(23, []string{"acme", "beta"}, 1500, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
-	ls := newLiveSide(t, d, projorders.NewOrderList(projorders.OrderListTables{}))
+	ls := newLiveSide(t, d, orderview.NewOrderList(orderview.OrderListTables{}))
 	adminExec(ctx, t, d.AdminURL, `CREATE TABLE strata.order_list_v2 (LIKE strata.order_list INCLUDING ALL)`,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON strata.order_list_v2 TO strata_projector`)
 	loadCtx, stop := context.WithCancel(ctx)
@@ -501,7 +501,7 @@ func TestNewProjectionBackfills(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	v2 := projorders.NewOrderList(projorders.OrderListTables{}).WithTables(map[string]string{"order_list": "order_list_v2"})
+	v2 := orderview.NewOrderList(orderview.OrderListTables{}).WithTables(map[string]string{"order_list": "order_list_v2"})
 	r := runLive(t, ls.bundle, v2, projections.RunnerConfig{Registry: order.Registry, Checkpoint: "order_list_v2", DeadLetters: true})
 	waitFor(t, 60*time.Second, "the new projection to start", func() bool { return !checkpoint(ctx, t, ls.bundle, "order_list_v2").Position.IsZero() })
 	time.Sleep(500 * time.Millisecond)
@@ -511,7 +511,7 @@ func TestNewProjectionBackfills(t *testing.T) {
 	waitFor(t, 60*time.Second, "the new projection to reach the head", func() bool {
 		return !checkpoint(ctx, t, ls.bundle, r.Name()).Position.Less(head)
 	})
-	p := projorders.NewOrderList(projorders.OrderListTables{})
+	p := orderview.NewOrderList(orderview.OrderListTables{})
 	want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, ls.bundle, head, p))
 	if got := dumpTables(ctx, t, d.AdminURL, map[string]string{"order_list": "order_list_v2"}); got != want {
 		t.Fatalf("the backfilled projection differs from a fresh rebuild:\n%s", diffLines(want, got))
@@ -525,14 +525,14 @@ func TestNewProjectionBackfills(t *testing.T) {
 func TestRebuildTenantSlots(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	seedSQL(ctx, t, d.AdminURL, genHistories(19, []string{"acme", "beta"}, 1500, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
 	b := newBundle(t, d)
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, Log: b.store, Logger: quiet(), Runner: projections.RunnerConfig{BatchSize: 100}})
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, Log: b.store, Logger: quiet(), Runner: projections.RunnerConfig{BatchSize: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := []string{projorders.OrderDetailsName}
+	list := []string{orderview.OrderDetailsName}
 	rctx, cancel := context.WithCancel(ctx)
 	var batches atomic.Int64
 	_, err = svc.Rebuild(rctx, replay.RebuildOptions{Projections: list, Tenant: "acme", ProgressEvery: time.Nanosecond, Progress: func(p replay.Progress) {
@@ -580,7 +580,7 @@ func TestRebuildTenantSlots(t *testing.T) {
 		t.Error("acme's second run did not resume")
 	}
 	head := lastPosition(ctx, t, b)
-	p := projorders.NewOrderDetails(projorders.OrderDetailsTables{})
+	p := orderview.NewOrderDetails(orderview.OrderDetailsTables{})
 	want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, b, head, p))
 	if got := dumpTables(ctx, t, d.AdminURL, liveTables(p)); got != want {
 		t.Fatalf("rows after the three rebuilds differ from a fresh rebuild:\n%s", diffLines(want, got))
@@ -596,12 +596,12 @@ func TestRebuildTenantSlots(t *testing.T) {
 func TestRebuildThroughServingLogins(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	seedSQL(ctx, t, d.AdminURL, genHistories(17, []string{"acme", "beta"}, 300, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
 	app, proj := d.ServingPools(t)
 	store := postgres.New(app, proj)
 	newSvc := func(owner *pgxpool.Pool) *replay.Service {
-		svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: proj, App: app, Owner: owner, Log: store, Logger: quiet(),
+		svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: proj, App: app, Owner: owner, Log: store, Logger: quiet(),
 			Runner: projections.RunnerConfig{BatchSize: 200}, YieldTimeout: 20 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -623,13 +623,13 @@ func TestRebuildThroughServingLogins(t *testing.T) {
 	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: "acme", Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	got := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...))
+	got := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...))
 	assertNoShadowTables(ctx, t, d.AdminURL)
 
 	if _, err := newBundle(t, d).svc.Rebuild(ctx, replay.RebuildOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	if want := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...)); got != want {
+	if want := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...)); got != want {
 		t.Errorf("rows rebuilt through the serving logins differ from an owner's rebuild:\n%s", diffLines(want, got))
 	}
 	if !strings.Contains(got, `"tenant_id": "beta"`) {

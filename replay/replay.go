@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
 )
 

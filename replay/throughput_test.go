@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -33,7 +33,7 @@ var (
 // For small logs it also checks the result against a fresh rebuild.
 func TestRebuildThroughput(t *testing.T) {
 	ctx := testCtx(t, 30*time.Minute)
-	priv := testdb.NewPrivate(t, map[string]string{"shared_buffers": "512MB", "max_wal_size": "4GB"}, projorders.Migrations)
+	priv := testdb.NewPrivate(t, map[string]string{"shared_buffers": "512MB", "max_wal_size": "4GB"}, orderview.Migrations)
 	d := priv.DB
 	tenants := []string{"t-alpha", "t-bravo", "t-charlie", "t-delta", "t-echo", "t-foxtrot", "t-golf", "t-hotel"}
 	began := time.Now()
@@ -53,7 +53,7 @@ func TestRebuildThroughput(t *testing.T) {
 	t.Logf("seeded %d events (%d orders, %d tenants) in %s", n, len(hs), len(tenants), time.Since(began).Round(time.Millisecond))
 
 	b := newBundle(t, d)
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, Log: b.store, Logger: quiet(), Runner: projections.RunnerConfig{BatchSize: *rebuildBatch}})
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, Log: b.store, Logger: quiet(), Runner: projections.RunnerConfig{BatchSize: *rebuildBatch}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +96,8 @@ func TestRebuildThroughput(t *testing.T) {
 	}
 	if n <= 20000 && *rebuildOnly == "" {
 		head := lastPosition(ctx, t, b)
-		want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, b, head, projorders.All()...))
-		if got := dumpTables(ctx, t, d.AdminURL, liveTables(projorders.All()...)); got != want {
+		want := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, b, head, orderview.All()...))
+		if got := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...)); got != want {
 			t.Fatalf("rebuilt rows differ from a fresh rebuild:\n%s", diffLines(want, got))
 		}
 	}

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -68,13 +68,13 @@ func verdictsOf(ctx context.Context, t *testing.T, b *bundle, o replay.VerifyOpt
 // and the missing event named.
 func TestVerifyCompleteAndSkipped(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	b := newBundle(t, d)
 	tenants := []string{"acme", "globex", "initech"}
 	hs := genHistories(19, tenants, 1500, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
 	head := appendAll(ctx, t, b.store, hs)
 
-	all := projorders.All()
+	all := orderview.All()
 	healthy, lossy := all[0], all[1]
 	catchUp(ctx, t, b, b.store, healthy, head)
 
@@ -169,11 +169,11 @@ func renameOrder(e event.Payload, id string) event.Payload {
 // tables are untouched and the shadow is gone afterwards.
 func TestVerifyDeep(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	b := newBundle(t, d)
 	hs := genHistories(7, []string{"acme", "globex"}, 200, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
 	head := appendAll(ctx, t, b.store, hs)
-	p := projorders.All()[1] // order_list
+	p := orderview.All()[1] // order_list
 	catchUp(ctx, t, b, b.store, p, head)
 	before := dumpTables(ctx, t, d.AdminURL, liveTables(p))
 

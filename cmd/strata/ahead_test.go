@@ -12,9 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/auth"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/pgtest"
-	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // TestServeRefusesProjectionsAheadOfLog: a checkpoint beyond the end of
@@ -61,7 +61,7 @@ func TestServeRefusesProjectionsAheadOfLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(context.Background(), `UPDATE strata.projection_checkpoints SET pos_major = pos_major + 50 WHERE projection = $1`, projorders.OrderDetailsName); err != nil {
+	if _, err := admin.Exec(context.Background(), `UPDATE strata.projection_checkpoints SET pos_major = pos_major + 50 WHERE projection = $1`, orderview.OrderDetailsName); err != nil {
 		t.Fatal(err)
 	}
 	refused := func(base string) {
@@ -83,7 +83,7 @@ func TestServeRefusesProjectionsAheadOfLog(t *testing.T) {
 	status := func() string {
 		t.Helper()
 		var s string
-		if err := admin.QueryRow(context.Background(), `SELECT status FROM strata.projection_checkpoints WHERE projection = $1`, projorders.OrderDetailsName).Scan(&s); err != nil {
+		if err := admin.QueryRow(context.Background(), `SELECT status FROM strata.projection_checkpoints WHERE projection = $1`, orderview.OrderDetailsName).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
 		return s
@@ -111,7 +111,7 @@ func TestServeRefusesProjectionsAheadOfLog(t *testing.T) {
 
 	// A rebuild replaces the checkpoint and the projection runs again.
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"replay", "rebuild", "--projection", projorders.OrderDetailsName}, testEnv(vars), &out, &errb); code != exitOK {
+	if code := run(context.Background(), []string{"replay", "rebuild", "--projection", orderview.OrderDetailsName}, testEnv(vars), &out, &errb); code != exitOK {
 		t.Fatalf("replay rebuild exited %d: %s %s", code, out.String(), errb.String())
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/internal/pgtest"
-	"github.com/strata-es/strata/internal/tenancy/platformapi"
+	"github.com/strata-es/strata/tenancy/platformapi"
 )
 
 type auditEntries struct {

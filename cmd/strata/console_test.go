@@ -24,7 +24,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 

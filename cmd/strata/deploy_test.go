@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/strata-es/strata/internal/telemetry"
+	"github.com/strata-es/strata/telemetry"
 )
 
 // The files in deploy/ are checked against the binary: every strata

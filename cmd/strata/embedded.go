@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/internal/pgembed"
 )
 

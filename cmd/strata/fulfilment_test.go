@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/paysim"
 	"github.com/strata-es/strata/internal/pgtest"
 )

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 

@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/internal/pgembed"
 )
 
-// The connections of strata (ARCHITECTURE decision 11, internal/db
+// The connections of strata (ARCHITECTURE decision 11, db
 // roles.go): the owner connection (DATABASE_URL, or the embedded
 // cluster's superuser) runs migrations and a rebuild's DDL; the serving
 // pools log in as logins that cannot escalate: STRATA_APP_DATABASE_URL and

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 )
 
 func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {

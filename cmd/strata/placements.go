@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/placement"
+	"github.com/strata-es/strata/placement"
 	"github.com/strata-es/strata/projections"
 )
 

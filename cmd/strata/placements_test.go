@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/pgtest"
 )

@@ -9,11 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 )
 
 // Connection poolers between strata and PostgreSQL (docs/pgbouncer.md,
-// internal/db pooler.go).
+// db pooler.go).
 //
 // STRATA_APP_DATABASE_POOLER says what STRATA_APP_DATABASE_URL points at:
 // none (PostgreSQL, the default), session (a session-mode pool: the same)

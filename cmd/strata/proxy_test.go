@@ -15,9 +15,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/domain/order"
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/pgbouncer"
 	"github.com/strata-es/strata/internal/pgtest"
 )

@@ -14,12 +14,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/projections/relay"
 )
 
@@ -93,7 +93,7 @@ VALUES ('acme', 'order-a', 1, gen_random_uuid(), 'order.created', 1, '{"order_id
 	defer func() { stopRelay(); <-relayDone }()
 
 	const consumer = "billing_details"
-	p := rejecting{Projection: projorders.NewOrderDetails(projorders.OrderDetailsTables{}), reject: func(ev projections.Event) bool {
+	p := rejecting{Projection: orderview.NewOrderDetails(orderview.OrderDetailsTables{}), reject: func(ev projections.Event) bool {
 		return ev.Stream == "order-a" && ev.Version == 2 || ev.Stream == "order-b"
 	}}
 	c, err := relay.NewConsumer(proj, relay.ConsumerConfig{Registry: order.Registry, MaxRetries: 1, InitialInterval: 5 * time.Millisecond, MaxInterval: 10 * time.Millisecond, Logger: quiet})

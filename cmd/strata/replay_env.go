@@ -15,9 +15,9 @@ import (
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/esdb"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/projections/relay"
 	"github.com/strata-es/strata/replay"

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/strata-es/strata/internal/placement"
+	"github.com/strata-es/strata/placement"
 )
 
 // replayPlacement takes `--placement NAME` (or `--placement=NAME`) out of

@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/projections/relay"
 )

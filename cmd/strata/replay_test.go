@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -67,7 +67,7 @@ VALUES ('acme', 'order-ghost', 1, gen_random_uuid(), 'order.line_added', 2,
 	}
 	defer proj.Close()
 	store := postgres.New(nil, proj)
-	r, err := projections.NewRunner(projorders.NewOrderDetails(projorders.OrderDetailsTables{}), store, proj,
+	r, err := projections.NewRunner(orderview.NewOrderDetails(orderview.OrderDetailsTables{}), store, proj,
 		projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1}})
 	if err != nil {
 		t.Fatal(err)

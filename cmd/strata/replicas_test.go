@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/cmd/strata/modules"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/readmodels/queryapi"

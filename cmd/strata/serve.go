@@ -20,22 +20,22 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/esdb"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/pgembed"
-	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/replay"
+	"github.com/strata-es/strata/telemetry"
 )
 
 // Roles a serve process can run.

@@ -6,12 +6,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/projections/relay"
 	"github.com/strata-es/strata/readmodels"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
+	"github.com/strata-es/strata/telemetry"
 )
 
 // failurePolicy reads the projection runners' failure policy (decision 5)

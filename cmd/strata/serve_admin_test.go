@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 

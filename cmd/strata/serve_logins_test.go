@@ -16,13 +16,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/auth"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 
-// The serving logins (ARCHITECTURE decision 11, internal/db roles.go).
+// The serving logins (ARCHITECTURE decision 11, db roles.go).
 
 const loginsSecret = "serve-logins-test-secret-0123456789abcdef"
 

@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 )
 
 // serveMetrics serves the Prometheus metrics on their own address

@@ -15,12 +15,12 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/internal/placement"
-	"github.com/strata-es/strata/internal/telemetry"
-	"github.com/strata-es/strata/internal/tenancy"
+	"github.com/strata-es/strata/httpapi"
+	"github.com/strata-es/strata/placement"
+	"github.com/strata-es/strata/telemetry"
+	"github.com/strata-es/strata/tenancy"
 )
 
 // placementSet is what a serve process serves of the placements other than

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/internal/pgsession"
-	"github.com/strata-es/strata/internal/tenancy"
-	"github.com/strata-es/strata/internal/tenancy/portability"
+	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/portability"
 )
 
 // Defaults of the platform's own retention.

@@ -11,8 +11,8 @@ import (
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
-	"github.com/strata-es/strata/internal/telemetry"
 	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/telemetry"
 )
 
 // wireProcesses runs every module's process managers in the projector

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/readmodels"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/cmd/strata/modules"
-	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 

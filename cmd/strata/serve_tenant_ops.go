@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/internal/telemetry"
-	"github.com/strata-es/strata/internal/tenancy"
-	"github.com/strata-es/strata/internal/tenancy/retention"
+	"github.com/strata-es/strata/httpapi"
+	"github.com/strata-es/strata/telemetry"
+	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/retention"
 )
 
 // wireTenantMetrics turns on the tenant-aware series (tenant_tier, and

@@ -10,12 +10,12 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/httpapi"
-	"github.com/strata-es/strata/internal/telemetry"
-	"github.com/strata-es/strata/internal/tenancy"
-	"github.com/strata-es/strata/internal/tenancy/platformapi"
+	"github.com/strata-es/strata/httpapi"
+	"github.com/strata-es/strata/telemetry"
+	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/platformapi"
 )
 
 // tenantWiring is what serve's command and query roles take from the

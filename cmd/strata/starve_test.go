@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 

@@ -14,10 +14,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/tenancy"
-	"github.com/strata-es/strata/internal/tenancy/platformapi"
+	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/platformapi"
 )
 
 const tenantsUsage = `strata tenants — the tenant directory (docs/tenants.md); needs the owner connection (DATABASE_URL)

@@ -15,12 +15,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgsession"
-	"github.com/strata-es/strata/internal/tenancy"
-	"github.com/strata-es/strata/internal/tenancy/platformapi"
-	"github.com/strata-es/strata/internal/tenancy/portability"
+	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/platformapi"
+	"github.com/strata-es/strata/tenancy/portability"
 )
 
 // `strata tenants erase T --reason "..."` and `strata tenants status T`:

@@ -17,12 +17,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/tenancy"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections/relay"
+	"github.com/strata-es/strata/tenancy"
 )
 
 // gatedPublisher holds a batch that carries a message of tenant hold at

@@ -19,10 +19,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/tenancy"
-	"github.com/strata-es/strata/internal/tenancy/portability"
+	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/portability"
 )
 
 const tenantsPortabilityUsage = `Usage:

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/internal/pgtest"
-	"github.com/strata-es/strata/internal/tenancy/portability"
+	"github.com/strata-es/strata/tenancy/portability"
 )
 
 // exportJobRow is a finished export job as the running process leaves it,

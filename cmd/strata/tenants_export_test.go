@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/internal/pgtest"
-	"github.com/strata-es/strata/internal/tenancy/portability"
+	"github.com/strata-es/strata/tenancy/portability"
 )
 
 // readArchive returns every file of an archive by name.

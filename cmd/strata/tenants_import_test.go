@@ -14,8 +14,8 @@ import (
 
 	"github.com/strata-es/strata/internal/paysim"
 	"github.com/strata-es/strata/internal/pgtest"
-	"github.com/strata-es/strata/internal/tenancy/portability"
-	"github.com/strata-es/strata/internal/tenancy/portability/archivetest"
+	"github.com/strata-es/strata/tenancy/portability"
+	"github.com/strata-es/strata/tenancy/portability/archivetest"
 )
 
 // importCLI returns a migrated database's variables (no serve process:

@@ -14,13 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/placement"
-	"github.com/strata-es/strata/internal/tenancy"
+	"github.com/strata-es/strata/placement"
 	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/tenancy"
 )
 
 const tenantsMoveUsage = `  strata tenants move T --to P [--json]                         move T to placement P while it writes (resumable: run it again)

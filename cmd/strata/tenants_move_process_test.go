@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 )
 
 // TestTenantMoveCarriesProcessState moves a tenant whose fulfilment

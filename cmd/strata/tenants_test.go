@@ -14,10 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 	"github.com/strata-es/strata/internal/pgtest"
-	"github.com/strata-es/strata/internal/tenancy/platformapi"
+	"github.com/strata-es/strata/tenancy/platformapi"
 )
 
 const tenantsSecret = "tenants-test-secret-0123456789abcdef"

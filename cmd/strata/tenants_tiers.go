@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/tenancy"
-	"github.com/strata-es/strata/internal/tenancy/platformapi"
+	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/platformapi"
 )
 
 const tenantsTiersUsage = `  strata tenants tier T NAME [--json]                            put T in tier NAME ("" or none: no tier)

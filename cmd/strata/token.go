@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 )
 
 // consoleTTL is the default lifetime of a console login token: the login

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/auth"
 )
 
 // strata token --console prints a login URL whose token rides in the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-es/strata/internal/auth"
+	"github.com/strata-es/strata/auth"
 )
 
 // strata token issues nothing the API would refuse: no lifetime beyond

@@ -19,7 +19,7 @@ import (
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 )
 
 // Resource is how one aggregate type appears in the command API.

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-es/strata/internal/httpapi/decodetest"
+	"github.com/strata-es/strata/httpapi/decodetest"
 )
 
 // The headers every command route reads: If-Match and Idempotency-Key.
-// The routes themselves are fuzzed by their module (commands/orders).
+// The routes themselves are fuzzed by their module (examples/orders/ordercmd).
 
 // ifMatchSeeds are If-Match values, valid and not.
 var ifMatchSeeds = []string{

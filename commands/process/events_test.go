@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 )
 
 // TestDoneInstanceIgnoresEvents: events for an instance that is done are

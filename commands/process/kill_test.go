@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/internal/failpoint"
 )
 

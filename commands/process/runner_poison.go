@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/internal/db"
 )
 
 // Poison in the log (ARCHITECTURE decisions 5 and 17). A process parks

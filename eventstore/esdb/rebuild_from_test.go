@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordertest"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/projections/projectiontest"
 	"github.com/strata-es/strata/replay"
 )
@@ -26,7 +26,7 @@ func TestFakeServerRebuildFrom(t *testing.T) {
 	ctx := ctxT(t)
 	addr := newFakeServer().serve(t, "127.0.0.1:0")
 	store := openFake(t, addr, WithIdempotencyStore(&memIdempotency{}))
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 
 	evs := ordertest.Generate(ordertest.Config{Seed: 5, Tenants: 2, Orders: 40, Customers: 4, Start: time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)})
 	half := len(evs) / 2
@@ -41,7 +41,7 @@ func TestFakeServerRebuildFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := projorders.NewOrderList(projorders.OrderListTables{})
+	p := orderview.NewOrderList(orderview.OrderListTables{})
 	quiet := slog.New(slog.DiscardHandler)
 	live, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quiet})
 	if err != nil {

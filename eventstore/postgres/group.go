@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
-	"github.com/strata-es/strata/internal/db"
 )
 
 // Group commit (issue 18): concurrent appends, of any streams and tenants,

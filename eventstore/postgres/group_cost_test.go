@@ -15,9 +15,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/storetest"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/testdb"
 )
 

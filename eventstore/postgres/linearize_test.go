@@ -14,10 +14,10 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/storetest"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/linearize"
 	"github.com/strata-es/strata/internal/testdb"
 )

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
-	"github.com/strata-es/strata/internal/db"
 )
 
 // Store implements eventstore.Store, eventstore.Log and

@@ -8,7 +8,7 @@
 // the fragment to the server) or from a paste-a-token form, keeps in
 // sessionStorage, and removes from the address bar.
 //
-// The package imports internal/httpapi (for the one error shape) and the
+// The package imports httpapi (for the one error shape) and the
 // standard library: the console knows the APIs' JSON, not the engine.
 package console
 
@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 )
 
 //go:embed assets

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/pgtest"
 )

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/replay"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 )
 
 // Dump renders the rows of tables (in the strata schema), read as a

@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/projections"
 )
 

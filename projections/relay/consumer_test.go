@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // hooked wraps a projection: before applying an event it calls hook, which
@@ -66,7 +66,7 @@ func deadLetterCount(ctx context.Context, t *testing.T, d *testdb.DB) int {
 func TestConsumerShutdownIsNotPoison(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(21, 2, 40)
@@ -80,7 +80,7 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 			consumer := "shutdown_" + tr.name
 			inFlight := make(chan struct{})
 			var once sync.Once
-			hanging := hooked{Projection: projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}),
+			hanging := hooked{Projection: orderview.NewOrderList(orderview.OrderListTables{Orders: "s_order_list"}),
 				hook: func(b *pgx.Batch, ev projections.Event) error {
 					if ev.ID == eventID(blocked) {
 						once.Do(func() { close(inFlight) })
@@ -125,7 +125,7 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 				t.Fatal(err)
 			}
 			tp := &tap{Subscriber: tr.subscriber(t, consumer)}
-			if err := c2.Add(consumer, projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
+			if err := c2.Add(consumer, orderview.NewOrderList(orderview.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
 				t.Fatal(err)
 			}
 			stop = runConsumer(ctx, t, c2)
@@ -179,7 +179,7 @@ func TestConsumerShutdownIsNotPoison(t *testing.T) {
 func TestConsumerPoisonParksStream(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(31, 2, 120)
@@ -190,7 +190,7 @@ func TestConsumerPoisonParksStream(t *testing.T) {
 	// its stream; the panicking one: the first event of another stream.
 	heads := streamHeads(evs)
 	handled := map[string]bool{}
-	for _, typ := range projorders.NewOrderList(projorders.OrderListTables{}).EventTypes() {
+	for _, typ := range orderview.NewOrderList(orderview.OrderListTables{}).EventTypes() {
 		handled[typ] = true
 	}
 	failing, panicking := -1, -1
@@ -210,14 +210,14 @@ func TestConsumerPoisonParksStream(t *testing.T) {
 		evs[failing].Tenant + "/" + evs[failing].Stream:     true,
 		evs[panicking].Tenant + "/" + evs[panicking].Stream: true,
 	}
-	storeFed(ctx, t, d, projorders.NewOrderList(projorders.OrderListTables{}))
+	storeFed(ctx, t, d, orderview.NewOrderList(orderview.OrderListTables{}))
 
 	for _, tr := range transports(t, d) {
 		t.Run(tr.name, func(t *testing.T) {
 			relayAll(ctx, t, d, tr, len(evs))
 			consumer := "poison_" + tr.name
 			var attempts atomic.Int32
-			p := hooked{Projection: projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}),
+			p := hooked{Projection: orderview.NewOrderList(orderview.OrderListTables{Orders: "s_order_list"}),
 				hook: func(b *pgx.Batch, ev projections.Event) error {
 					switch ev.ID {
 					case eventID(failing):

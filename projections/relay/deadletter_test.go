@@ -11,11 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -111,7 +111,7 @@ func TestConsumerDeadLettersThroughReplay(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, 3*time.Minute)
-			d := testdb.New(t, projorders.Migrations)
+			d := testdb.New(t, orderview.Migrations)
 			var tr transport
 			for _, x := range transports(t, d) {
 				if x.name == name {
@@ -127,8 +127,8 @@ func TestConsumerDeadLettersThroughReplay(t *testing.T) {
 			relayAll(ctx, t, d, tr, first)
 
 			consumer := "dlq_" + name
-			tables := projorders.OrderDetailsTables{Orders: "s_order_details", Lines: "s_order_detail_lines"}
-			p := hooked{Projection: projorders.NewOrderDetails(tables), hook: func(_ *pgx.Batch, ev projections.Event) error {
+			tables := orderview.OrderDetailsTables{Orders: "s_order_details", Lines: "s_order_detail_lines"}
+			p := hooked{Projection: orderview.NewOrderDetails(tables), hook: func(_ *pgx.Batch, ev projections.Event) error {
 				if ev.ID == eventID(a) || ev.ID == eventID(b) {
 					return errors.New("boom: the projection rejects this event")
 				}
@@ -148,7 +148,7 @@ func TestConsumerDeadLettersThroughReplay(t *testing.T) {
 				return sameVersions(streamHeads(evs[:first]), appliedVersions(ctx, t, admin, consumer))
 			})
 
-			svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: postgres.New(d.App, d.Projector),
+			svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App, Log: postgres.New(d.App, d.Projector),
 				ConsumerProjection: ConsumerProjection, YieldTimeout: 20 * time.Second, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
@@ -294,7 +294,7 @@ FROM strata.projection_checkpoints c WHERE c.projection = $1`, consumer).Scan(&s
 
 			// The broker-fed tables equal the store-fed ones, but for B's
 			// discarded event.
-			storeFed(ctx, t, d, projorders.NewOrderDetails(projorders.OrderDetailsTables{}))
+			storeFed(ctx, t, d, orderview.NewOrderDetails(orderview.OrderDetailsTables{}))
 			bOrder := strings.TrimPrefix(evs[b].Stream, "order-")
 			for _, tb := range [][2]string{{"order_details", "s_order_details"}, {"order_detail_lines", "s_order_detail_lines"}} {
 				var differ int
@@ -323,7 +323,7 @@ WHERE (tenant_id, order_id) <> ($1, $2)`, evs[b].Tenant, bOrder).Scan(&differ); 
 func TestConsumerRefusesProjectionName(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	if _, err := admin.Exec(ctx, `INSERT INTO strata.projection_checkpoints (projection) VALUES ('order_list'), ('relay_strata_events')`); err != nil {
 		t.Fatal(err)
@@ -334,7 +334,7 @@ func TestConsumerRefusesProjectionName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Add(name, projorders.NewOrderList(projorders.OrderListTables{}), tr.subscriber(t, name)); err != nil {
+		if err := c.Add(name, orderview.NewOrderList(orderview.OrderListTables{}), tr.subscriber(t, name)); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Run(ctx); !errors.Is(err, projections.ErrNotConsumer) {
@@ -346,7 +346,7 @@ func TestConsumerRefusesProjectionName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Add("billing_orders", projorders.NewOrderList(projorders.OrderListTables{Orders: "billing_order_list"}), tr.subscriber(t, "billing_orders")); err != nil {
+		if err := c.Add("billing_orders", orderview.NewOrderList(orderview.OrderListTables{Orders: "billing_order_list"}), tr.subscriber(t, "billing_orders")); err != nil {
 			t.Fatal(err)
 		}
 		stop := runConsumer(ctx, t, c)

@@ -24,7 +24,7 @@
 // that failed only because the consumer was shutting down is not
 // dead-lettered.
 //
-// It imports domain/event, the eventstore port, projections, internal/db,
+// It imports domain/event, the eventstore port, projections, db,
 // internal/failpoint, pgx, watermill and its SQL and NATS adapters; never
 // commands, never readmodels.
 package relay

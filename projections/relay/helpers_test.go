@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 

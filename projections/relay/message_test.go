@@ -18,10 +18,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
-	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 func sampleRecord() event.Record {
@@ -156,7 +156,7 @@ func TestConfigValidate(t *testing.T) {
 func TestMetadataAndTraceThroughTransports(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(41, 1, 1)
@@ -238,7 +238,7 @@ func TestMetadataAndTraceThroughTransports(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Add(consumer, projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}), tr.subscriber(t, consumer)); err != nil {
+			if err := c.Add(consumer, orderview.NewOrderList(orderview.OrderListTables{Orders: "s_order_list"}), tr.subscriber(t, consumer)); err != nil {
 				t.Fatal(err)
 			}
 			stop := runConsumer(ctx, t, c)

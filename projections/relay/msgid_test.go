@@ -8,8 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
-	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // TestRelayMessageIDPerTenant is issue 29's finding 6: two tenants hold an
@@ -22,7 +22,7 @@ import (
 func TestRelayMessageIDPerTenant(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shared := uuid.NewString()
 	ev := func(tenant string) genEvent {

@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -92,7 +92,7 @@ func startRelay(ctx context.Context, t *testing.T, d *testdb.DB, cfg Config) *Re
 // operator's library.
 func relayLetters(ctx context.Context, t *testing.T, d *testdb.DB, name string) []projections.DeadLetter {
 	t.Helper()
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App,
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App,
 		Log: postgres.New(d.App, d.Projector), Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func testRelayParksOversizedEvent(t *testing.T, checked bool) {
 	ctx := testCtx(t, 2*time.Minute)
 	url := natsURL(t)
 	topic := newTopic(t, url)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 
 	const big = 2 << 20
@@ -251,7 +251,7 @@ func TestRelayRecoversPublisherPanic(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	url := natsURL(t)
 	topic := newTopic(t, url)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	evs := []genEvent{
 		noteEvent("t-b", "order-b", 1, 100),
@@ -325,7 +325,7 @@ func TestRelayParksSeveralPanickingStreamsOfOneBatch(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	url := natsURL(t)
 	topic := newTopic(t, url)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	evs := []genEvent{
 		noteEvent("t-a", "order-a1", 1, 100), // eventID(0): panics
@@ -370,7 +370,7 @@ func TestRelayParksSeveralPanickingStreamsOfOneBatch(t *testing.T) {
 func TestRelayBrokerOutageParksNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	dir := t.TempDir()
 	start := func(port int) *server.Server {
@@ -477,7 +477,7 @@ func (p refusing) Publish(topic string, msgs ...*message.Message) error {
 func TestRelaySQLParksRefusedEvent(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	evs := []genEvent{
 		noteEvent("t-b", "order-b", 1, 100),
@@ -534,7 +534,7 @@ func TestRelayDeadLettersThroughReplay(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, 2*time.Minute)
-			d := testdb.New(t, projorders.Migrations)
+			d := testdb.New(t, orderview.Migrations)
 			admin := adminConn(ctx, t, d.AdminURL)
 			var tr transport
 			for _, x := range transports(t, d) {
@@ -581,7 +581,7 @@ func TestRelayDeadLettersThroughReplay(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = rp.Close() })
-				svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App,
+				svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App,
 					Log: postgres.New(d.App, d.Projector), Relays: []projections.Projection{rp}, Logger: quietLogger()})
 				if err != nil {
 					t.Fatal(err)
@@ -696,7 +696,7 @@ func TestRelayRetryWaitsForBatchInFlight(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	url := natsURL(t)
 	topic := newTopic(t, url)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	if err := seed(ctx, admin, 0, []genEvent{noteEvent("t-a", "order-a", 1, 100), noteEvent("t-a", "order-a", 2, 3000), noteEvent("t-b", "order-b", 1, 100)}); err != nil {
 		t.Fatal(err)
@@ -732,7 +732,7 @@ func TestRelayRetryWaitsForBatchInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rp.Close() })
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App,
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App,
 		Log: postgres.New(d.App, d.Projector), Relays: []projections.Projection{rp}, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -19,13 +19,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // childEnv hands the relay child process its configuration.
@@ -237,15 +237,15 @@ func TestRelayNATSUnderKill(t *testing.T) {
 	began := time.Now()
 	url := natsURL(t)
 	topic := newTopic(t, url)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	for _, tb := range [][2]string{{"order_details", "b_order_details"}, {"order_detail_lines", "b_order_detail_lines"},
 		{"customer_summaries", "b_customer_summaries"}, {"customer_paid_totals", "b_customer_paid_totals"}, {"customer_orders", "b_customer_orders"}} {
 		shadow(ctx, t, admin, tb[0], tb[1])
 	}
 	fed := []projections.Projection{
-		projorders.NewOrderDetails(projorders.OrderDetailsTables{Orders: "b_order_details", Lines: "b_order_detail_lines"}),
-		projorders.NewCustomerSummaries(projorders.CustomerSummaryTables{Summaries: "b_customer_summaries", PaidTotals: "b_customer_paid_totals", Orders: "b_customer_orders"}),
+		orderview.NewOrderDetails(orderview.OrderDetailsTables{Orders: "b_order_details", Lines: "b_order_detail_lines"}),
+		orderview.NewCustomerSummaries(orderview.CustomerSummaryTables{Summaries: "b_customer_summaries", PaidTotals: "b_customer_paid_totals", Orders: "b_customer_orders"}),
 	}
 	evs := generate(5, tenants, total)
 
@@ -347,7 +347,7 @@ func TestRelayNATSUnderKill(t *testing.T) {
 	// The same projections fed from the store, into the live tables.
 	store := postgres.New(d.App, d.Projector)
 	head := lastPosition(ctx, t, admin)
-	for _, p := range []projections.Projection{projorders.NewOrderDetails(projorders.OrderDetailsTables{}), projorders.NewCustomerSummaries(projorders.CustomerSummaryTables{})} {
+	for _, p := range []projections.Projection{orderview.NewOrderDetails(orderview.OrderDetailsTables{}), orderview.NewCustomerSummaries(orderview.CustomerSummaryTables{})} {
 		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 )
 
 // TestRelaySQLEndToEnd runs the watermill-sql path: a relay process killed
@@ -24,7 +24,7 @@ func TestRelaySQLEndToEnd(t *testing.T) {
 	t.Parallel()
 	const total = 2000
 	ctx := testCtx(t, 2*time.Minute)
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	admin := adminConn(ctx, t, d.AdminURL)
 	shadow(ctx, t, admin, "order_list", "s_order_list")
 	evs := generate(11, 4, total)
@@ -41,7 +41,7 @@ func TestRelaySQLEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := &tap{Subscriber: sub}
-	if err := cons.Add("order_list", projorders.NewOrderList(projorders.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
+	if err := cons.Add("order_list", orderview.NewOrderList(orderview.OrderListTables{Orders: "s_order_list"}), tp); err != nil {
 		t.Fatal(err)
 	}
 	stop := runConsumer(ctx, t, cons)
@@ -105,7 +105,7 @@ JOIN (SELECT tenant_id, event_id, row_number() OVER (ORDER BY tx_id, position) A
 	}
 	redelivered := checkDeliveries(t, "order_list", evs, tp.deliveries())
 
-	r, err := projections.NewRunner(projorders.NewOrderList(projorders.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
+	r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,10 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/strata-es/strata/auth"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/readmodels"
 )

@@ -16,22 +16,22 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
-	cmdorders "github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordercmd"
+	"github.com/strata-es/strata/examples/orders/orderquery"
+	"github.com/strata-es/strata/examples/orders/orderview"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
-	rmorders "github.com/strata-es/strata/readmodels/orders"
 	"github.com/strata-es/strata/readmodels/queryapi"
 )
 
@@ -69,16 +69,16 @@ func setup(t *testing.T, o bundleOpts) *bundle {
 	ctx, cancel := context.WithCancel(context.Background())
 	var d *testdb.DB
 	if o.private {
-		d = testdb.NewPrivate(t, nil, projorders.Migrations).DB
+		d = testdb.NewPrivate(t, nil, orderview.Migrations).DB
 	} else {
-		d = testdb.New(t, projorders.Migrations)
+		d = testdb.New(t, orderview.Migrations)
 	}
 	wake, progress := projections.NewSignal(), projections.NewProgress()
 	store := postgres.New(d.App, d.Projector, postgres.WithAppendHook(wake.Fire))
 	b := &bundle{t: t, d: d, store: store, progress: progress}
 	if o.runners {
 		shared := projections.NewSharedReads(store, order.Registry, 0)
-		for _, p := range projorders.All() {
+		for _, p := range orderview.All() {
 			r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, PollInterval: 200 * time.Millisecond,
 				Wake: wake.C, Progress: progress, Shared: shared, Logger: quiet()})
 			if err != nil {
@@ -111,17 +111,17 @@ func setup(t *testing.T, o bundleOpts) *bundle {
 	b.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 	api := b.router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
-	if err := cmdorders.Commands(api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
+	if err := ordercmd.Commands(api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
 		t.Fatal(err)
 	}
-	monitor := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: projections.Names(projorders.All()), Local: local})
+	monitor := projections.NewMonitor(projections.MonitorConfig{App: d.App, Log: store, Names: projections.Names(orderview.All()), Local: local})
 	cfg := queryapi.Config{Head: store.LastCommitted}
 	if o.waits != nil {
 		cfg.WaitSlot = func(r *http.Request) (func(), error) { return o.waits.Enter(r, httpapi.SlotWaits) }
 	}
 	qa := queryapi.New(readmodels.NewDB(d.App), projections.NewConsistency(d.App, progress), monitor, cfg)
 	qa.RegisterAdmin(api)
-	qa.Register(api, rmorders.Queries(readmodels.NewDB(d.App))...)
+	qa.Register(api, orderquery.Queries(readmodels.NewDB(d.App))...)
 	srv := httptest.NewServer(httpapi.WithRequestID(httpapi.Recover(b.router)))
 	t.Cleanup(srv.Close)
 	b.url = srv.URL
@@ -552,7 +552,7 @@ func TestAdminProjections(t *testing.T) {
 	// Another "process" will run order_list; this one has a standby runner.
 	var standby *projections.Runner
 	b := setup(t, bundleOpts{local: func(name string) (projections.RunnerStatus, bool) {
-		if name == projorders.OrderListName && standby != nil {
+		if name == orderview.OrderListName && standby != nil {
 			return standby.Status(), true
 		}
 		return projections.RunnerStatus{}, false
@@ -597,7 +597,7 @@ func TestAdminProjections(t *testing.T) {
 	defer stop()
 	var runs []chan struct{}
 	for i := range 2 {
-		r, err := projections.NewRunner(projorders.NewOrderList(projorders.OrderListTables{}), b.store, b.d.Projector,
+		r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), b.store, b.d.Projector,
 			projections.RunnerConfig{Registry: order.Registry, PollInterval: 20 * time.Millisecond, LeaseRetry: 20 * time.Millisecond, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
@@ -643,7 +643,7 @@ func TestAdminProjections(t *testing.T) {
 	}
 	for _, p := range v.Projections {
 		switch p.Name {
-		case projorders.OrderListName:
+		case orderview.OrderListName:
 			if p.Status != "standby" || p.Lag.Events != 0 || p.Checkpoint.Token != head.Token() {
 				t.Errorf("order_list: %+v, want standby (run elsewhere) and caught up", p)
 			}

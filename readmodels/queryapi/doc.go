@@ -3,7 +3,7 @@
 // Prepare that validates and returns the read), and every route gets strict
 // query-string parsing, read-your-writes through X-Consistency-Token and
 // the API's error shape. It also serves the projections' admin status. It
-// reuses internal/httpapi and reads through readmodels; it imports
+// reuses httpapi and reads through readmodels; it imports
 // projections for the consistency wait and status, never commands, never a
 // module.
 package queryapi

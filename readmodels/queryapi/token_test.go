@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/readmodels/queryapi"
 )
 

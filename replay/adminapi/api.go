@@ -11,8 +11,8 @@
 // /v1/admin/projections?scope=all. Another tenant's dead letter answers 404,
 // exactly like a missing one.
 //
-// It imports replay, projections, domain and internal/httpapi and
-// internal/auth; the database is replay's business.
+// It imports replay, projections, domain and httpapi and
+// auth; the database is replay's business.
 package adminapi
 
 import (
@@ -27,8 +27,8 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/auth"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/replay"
 )
 

@@ -18,17 +18,17 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
@@ -86,7 +86,7 @@ func token(t *testing.T, tenant string, scopes []string, cross bool) string {
 func TestAdminRoutes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ VALUES ($1, 'order-ok', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"
 	}
 	store := postgres.New(d.App, d.Projector)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, p := range projorders.All() {
+	for _, p := range orderview.All() {
 		r, err := projections.NewRunner(p, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1}, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
@@ -113,7 +113,7 @@ VALUES ($1, 'order-ok', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":"
 			t.Fatal(err)
 		}
 	}
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second})
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func lastPos(ctx context.Context, t *testing.T, conn *pgx.Conn) event.Position {
 func TestTenantViewHidesDatabaseErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +320,7 @@ VALUES ('acme', 'order-o-1', 1, gen_random_uuid(), 'order.created', 1, '{"order_
 	}
 	store := postgres.New(d.App, d.Projector)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := projections.NewRunner(projorders.NewOrderDetails(projorders.OrderDetailsTables{}), store, d.Projector,
+	r, err := projections.NewRunner(orderview.NewOrderDetails(orderview.OrderDetailsTables{}), store, d.Projector,
 		projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, PerEvent: true, Failures: projections.FailurePolicy{Attempts: 1}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ VALUES ('acme', 'order-o-1', 1, gen_random_uuid(), 'order.created', 1, '{"order_
 	if err := r.CatchUp(ctx, lastPos(ctx, t, conn)); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second})
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func (l *lockedBuffer) String() string {
 func TestRebuildConflictsAnsweredAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -432,14 +432,14 @@ VALUES ($1, 'order-o-1', 1, gen_random_uuid(), 'order.created', 1, '{"order_id":
 	store := postgres.New(d.App, d.Projector)
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: store, Logger: logger, YieldTimeout: 5 * time.Second})
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App, Log: store, Logger: logger, YieldTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The operator's rebuild of order_details, interrupted as soon as its
 	// shadow exists.
 	rctx, stop := context.WithCancel(ctx)
-	_, err = svc.Rebuild(rctx, replay.RebuildOptions{Projections: []string{projorders.OrderDetailsName}, ProgressEvery: time.Nanosecond,
+	_, err = svc.Rebuild(rctx, replay.RebuildOptions{Projections: []string{orderview.OrderDetailsName}, ProgressEvery: time.Nanosecond,
 		Progress: func(replay.Progress) { stop() }})
 	stop()
 	if err == nil {

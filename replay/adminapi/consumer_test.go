@@ -13,15 +13,15 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/db"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/projections/relay"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
@@ -35,7 +35,7 @@ import (
 func TestAdminConsumerDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ VALUES ('acme', 'order-c', 1, gen_random_uuid(), 'order.created', 1, '{"order_id
 	// The consumer billing_details applies order_details; every event
 	// failed for it (after 4 attempts) or waits behind one that did.
 	const consumer = "billing_details"
-	if err := projections.RegisterConsumer(ctx, d.Projector, consumer, projorders.NewOrderDetails(projorders.OrderDetailsTables{})); err != nil {
+	if err := projections.RegisterConsumer(ctx, d.Projector, consumer, orderview.NewOrderDetails(orderview.OrderDetailsTables{})); err != nil {
 		t.Fatal(err)
 	}
 	for _, rec := range recs {
@@ -76,7 +76,7 @@ VALUES ('acme', 'order-c', 1, gen_random_uuid(), 'order.created', 1, '{"order_id
 	}
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second,
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Pool: d.Projector, App: d.App, Log: store, Logger: quiet, YieldTimeout: 5 * time.Second,
 		ConsumerProjection: relay.ConsumerProjection})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/commands/process"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/replay"
 )
 

@@ -11,14 +11,14 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
-	cmdfulfilment "github.com/strata-es/strata/commands/fulfilment"
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/commands/process"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/auth"
-	"github.com/strata-es/strata/internal/httpapi"
+	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderview"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/testdb"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
 )
@@ -34,7 +34,7 @@ func TestProcessInstanceRoute(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, projorders.Migrations)
+	d := testdb.New(t, orderview.Migrations)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ VALUES ('acme', 'order-o-1', 1, '7d1c2b7e-0f7a-4a55-9d39-5b3a2c1e0001', 'order.c
         '{"order_id":"o-1","customer_id":"c-1","currency":"EUR","at":"2026-01-01T00:00:00Z"}', '{"actor":"alice"}')`); err != nil {
 		t.Fatal(err)
 	}
-	m, err := process.New(cmdfulfilment.Definition(cmdfulfilment.Config{PaymentTimeout: time.Minute}))
+	m, err := process.New(fulfilcmd.Definition(fulfilcmd.Config{PaymentTimeout: time.Minute}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ VALUES ('acme', 'order-o-1', 1, '7d1c2b7e-0f7a-4a55-9d39-5b3a2c1e0001', 'order.c
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	for {
-		in, err := process.ReadInstance(ctx, d.Projector, "acme", cmdfulfilment.Name, "o-1")
+		in, err := process.ReadInstance(ctx, d.Projector, "acme", fulfilcmd.Name, "o-1")
 		if err == nil && in.Status == "draft" {
 			break
 		}
@@ -73,7 +73,7 @@ VALUES ('acme', 'order-o-1', 1, '7d1c2b7e-0f7a-4a55-9d39-5b3a2c1e0001', 'order.c
 	stop()
 	<-done
 
-	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: projorders.All(), Processes: []process.Manager{m}, Pool: d.Projector, App: d.App, Log: store,
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Projections: orderview.All(), Processes: []process.Manager{m}, Pool: d.Projector, App: d.App, Log: store,
 		Logger: quiet, YieldTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

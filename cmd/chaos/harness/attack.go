@@ -18,8 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 )
 
 // apiBodyLimit is the request body limit the README documents (1 MiB):

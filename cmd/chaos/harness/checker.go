@@ -13,7 +13,7 @@ import (
 
 	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/projections"
 )
 

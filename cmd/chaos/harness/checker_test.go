@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/commands"
-	cmdorders "github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordercmd"
 )
 
 // captureStore records appends; just enough of a store for one command.
@@ -41,12 +41,12 @@ func (s *captureStore) SaveIdempotency(context.Context, string, string, string, 
 func TestCommandIDMatchesStrata(t *testing.T) {
 	t.Parallel()
 	store := &captureStore{}
-	h, err := commands.NewHandler(cmdorders.Aggregate, store, store, commands.Config{Registry: order.Registry})
+	h, err := commands.NewHandler(ordercmd.Aggregate, store, store, commands.Config{Registry: order.Registry})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := domain.NewContext(context.Background(), "r1-t3")
-	_, err = h.Handle(ctx, cmdorders.CreateOrder{OrderID: "o1", CustomerID: "c1", Currency: "EUR"}, commands.Options{
+	_, err = h.Handle(ctx, ordercmd.CreateOrder{OrderID: "o1", CustomerID: "c1", Currency: "EUR"}, commands.Options{
 		Idempotency: &commands.Idempotency{Key: "c2-k17", RequestHash: "h",
 			Respond: func(commands.Result, error) ([]byte, error) { return []byte("{}"), nil }},
 	})

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/strata-es/strata/internal/tenancy/portability/archivetest"
+	"github.com/strata-es/strata/tenancy/portability/archivetest"
 )
 
 // hostileArchive is one archive HOSTILE imports that must be refused with

@@ -8,8 +8,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/order"
 	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/linearize"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/google/uuid"
 
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/examples/orders/order"
 )
 
 // TestCheckLinearizable: porcupine accepts a history the log agrees with

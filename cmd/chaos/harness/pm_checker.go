@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-es/strata/domain/inventory"
-	"github.com/strata-es/strata/domain/order"
+	"github.com/strata-es/strata/examples/inventory/stock"
+	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/paysim"
 )
 
@@ -208,7 +208,7 @@ FROM events ORDER BY tenant_id, stream_id, version`)
 				f.cancelled = append(f.cancelled, p.Reason)
 			}
 		case strings.HasPrefix(ev.Type, "inventory."):
-			sku, ok := inventory.SKUFromStream(ev.Stream)
+			sku, ok := stock.SKUFromStream(ev.Stream)
 			if !ok {
 				continue
 			}
@@ -220,7 +220,7 @@ FROM events ORDER BY tenant_id, stream_id, version`)
 			if err := json.Unmarshal(ev.Data, &p); err != nil {
 				return fmt.Errorf("%s %s v%d: %w", ev.Type, ev.Stream, ev.Version, err)
 			}
-			if ev.Type == inventory.TypeReceived {
+			if ev.Type == stock.TypeReceived {
 				received[k] += p.Quantity
 				continue
 			}
@@ -233,13 +233,13 @@ FROM events ORDER BY tenant_id, stream_id, version`)
 				resv[k][p.ReservationID] = rf
 			}
 			switch ev.Type {
-			case inventory.TypeReserved:
+			case stock.TypeReserved:
 				rf.reserved += p.Quantity
 				rf.nReserved++
-			case inventory.TypeReleased:
+			case stock.TypeReleased:
 				rf.released += p.Quantity
 				rf.nClosed++
-			case inventory.TypeCommitted:
+			case stock.TypeCommitted:
 				rf.committed += p.Quantity
 				rf.nClosed++
 			}
@@ -248,11 +248,11 @@ FROM events ORDER BY tenant_id, stream_id, version`)
 			}
 			f := fact(ev.Tenant, p.ReservationID)
 			switch ev.Type {
-			case inventory.TypeReserved:
+			case stock.TypeReserved:
 				f.reserveOut[sku] = "open"
-			case inventory.TypeReleased:
+			case stock.TypeReleased:
 				f.reserveOut[sku] = "released"
-			case inventory.TypeCommitted:
+			case stock.TypeCommitted:
 				f.reserveOut[sku] = "committed"
 			}
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/projections"
 )

@@ -20,8 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 )
 
 // Erase: `strata tenants erase` killed with SIGKILL at random points —

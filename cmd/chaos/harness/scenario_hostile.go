@@ -19,8 +19,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 )
 
 // Hostile: the promises of issue 29 at once, against two serve processes

@@ -76,7 +76,7 @@ func DefaultMove() MoveConfig {
 }
 
 // moveFailpoints are the failpoints a move run reaches from each phase
-// (internal/placement: Mover.Run), in the order it reaches them.
+// (placement: Mover.Run), in the order it reaches them.
 var moveFailpoints = map[string][]string{
 	"":         {"move.copied-batch=1", "move.copied-batch=2", "move.before-freeze", "move.frozen", "move.before-switch", "move.switched"},
 	"copying":  {"move.copied-batch=1", "move.copied-batch=2", "move.before-freeze", "move.frozen", "move.before-switch", "move.switched"},

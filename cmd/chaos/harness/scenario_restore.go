@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/examples/orders/ordertest"
 	"github.com/strata-es/strata/internal/pgembed"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 )
 
 // RESTORE: a rehearsed point-in-time restore (issue 20, docs/operations.md

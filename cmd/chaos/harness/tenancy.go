@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 )
 
 // tenancyFixture is the data R11 and R12 attack: tenants A and B, with the

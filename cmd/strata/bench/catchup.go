@@ -14,11 +14,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/orders/ordertest"
 	"github.com/strata-es/strata/projections"
-	"github.com/strata-es/strata/projections/orders/ordertest"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -87,7 +87,7 @@ func resetReadSide(ctx context.Context, url string) error {
 	_, err = conn.Exec(ctx, "DELETE FROM strata.projection_checkpoints")
 	if err == nil {
 		// Statistics of empty tables: the hardest start for the planner
-		// (see the projector pool's plan_cache_mode in internal/db).
+		// (see the projector pool's plan_cache_mode in db).
 		_, err = conn.Exec(ctx, "VACUUM ANALYZE")
 	}
 	return err

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/internal/pgbouncer"
 )
 

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/auth"
 )
 
 // benchSecret signs the tokens of the end-to-end workloads.

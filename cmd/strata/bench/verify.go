@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
-	"github.com/strata-es/strata/internal/db"
 	"github.com/strata-es/strata/replay"
 )
 

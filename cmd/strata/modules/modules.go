@@ -13,23 +13,23 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/commands/commandapi"
-	cmdfulfilment "github.com/strata-es/strata/commands/fulfilment"
-	cmdinventory "github.com/strata-es/strata/commands/inventory"
-	cmdorders "github.com/strata-es/strata/commands/orders"
 	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/domain/fulfilment"
-	"github.com/strata-es/strata/domain/inventory"
-	"github.com/strata-es/strata/domain/order"
-	"github.com/strata-es/strata/internal/db"
+	"github.com/strata-es/strata/examples/fulfilment/fulfil"
+	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd"
+	"github.com/strata-es/strata/examples/fulfilment/fulfilquery"
+	"github.com/strata-es/strata/examples/fulfilment/fulfilview"
+	"github.com/strata-es/strata/examples/inventory/stock"
+	"github.com/strata-es/strata/examples/inventory/stockcmd"
+	"github.com/strata-es/strata/examples/inventory/stockquery"
+	"github.com/strata-es/strata/examples/inventory/stockview"
+	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/ordercmd"
+	"github.com/strata-es/strata/examples/orders/orderquery"
+	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/projections"
-	projfulfilment "github.com/strata-es/strata/projections/fulfilment"
-	projinventory "github.com/strata-es/strata/projections/inventory"
-	projorders "github.com/strata-es/strata/projections/orders"
 	"github.com/strata-es/strata/readmodels"
-	rmfulfilment "github.com/strata-es/strata/readmodels/fulfilment"
-	rminventory "github.com/strata-es/strata/readmodels/inventory"
-	rmorders "github.com/strata-es/strata/readmodels/orders"
 	"github.com/strata-es/strata/readmodels/queryapi"
 )
 
@@ -37,20 +37,20 @@ import (
 // more line here.
 func All() Set {
 	return Set{
-		{Name: "orders", Codecs: order.Codecs, Migrations: &projorders.Migrations, Commands: cmdorders.Commands, Projections: projorders.All, Queries: rmorders.Queries},
-		{Name: "inventory", Codecs: inventory.Codecs, Migrations: &projinventory.Migrations, Commands: cmdinventory.Commands, Projections: projinventory.All, Queries: rminventory.Queries},
-		{Name: "fulfilment", Codecs: fulfilment.Codecs, Migrations: &projfulfilment.Migrations, Projections: projfulfilment.All, Queries: rmfulfilment.Queries, Processes: fulfilmentProcesses},
+		{Name: "orders", Codecs: order.Codecs, Migrations: &orderview.Migrations, Commands: ordercmd.Commands, Projections: orderview.All, Queries: orderquery.Queries},
+		{Name: "inventory", Codecs: stock.Codecs, Migrations: &stockview.Migrations, Commands: stockcmd.Commands, Projections: stockview.All, Queries: stockquery.Queries},
+		{Name: "fulfilment", Codecs: fulfil.Codecs, Migrations: &fulfilview.Migrations, Projections: fulfilview.All, Queries: fulfilquery.Queries, Processes: fulfilmentProcesses},
 	}
 }
 
 // fulfilmentProcesses reads the payment settings (STRATA_PAYMENT_*) and
 // makes the fulfilment process manager.
 func fulfilmentProcesses(d ProcessDeps) ([]process.Spec, error) {
-	cfg, err := cmdfulfilment.ConfigFromEnv(d.Getenv)
+	cfg, err := fulfilcmd.ConfigFromEnv(d.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	return cmdfulfilment.Processes(cfg, d.Deps)
+	return fulfilcmd.Processes(cfg, d.Deps)
 }
 
 // Module is one bounded context: what the engine needs of it. Every part

@@ -1,5 +1,0 @@
-// Package inventory is the inventory module's write side: the item
-// aggregate's description for the engine's handler, its commands and their
-// HTTP routes. It imports the engine (commands, commands/commandapi) and
-// domain/inventory; the engine never imports it.
-package inventory

@@ -1,5 +1,0 @@
-// Package orders is the orders module's write side: the order aggregate's
-// description for the engine's handler, its commands, and their HTTP
-// routes. It imports the engine (commands, commands/commandapi,
-// internal/httpapi) and domain/order; the engine never imports it.
-package orders

@@ -1,0 +1,13 @@
+// Package fulfilment is the fulfilment module's write side: the process
+// manager that coordinates the order and inventory modules and the payment
+// provider. It adapts examples/fulfilment/fulfil's pure state machine to the
+// engine's process runtime (a process.Definition named "fulfilment"),
+// binds the commands its decisions issue (inventory.reserve, release,
+// commit; order.pay, cancel) over the modules' own handlers, and gives the
+// http provider's port (payhttp) when STRATA_PAYMENT_PROVIDER=http. It
+// has no events and no command routes of its own.
+//
+// It imports the engine (commands, commands/commandapi, commands/process),
+// the modules whose commands it issues (examples/inventory/stockcmd,
+// examples/orders/ordercmd) and its domain.
+package fulfilcmd

@@ -1,5 +1,0 @@
-// Package inventory is the inventory module's read side: the projection of
-// stock per SKU (inventory_items) and its table's migration line. It
-// imports the engine (projections, internal/db) and domain/inventory; the
-// engine never imports it.
-package inventory

@@ -1,0 +1,107 @@
+package platformapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/gorilla/mux"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/httpapi"
+	"github.com/strata-es/strata/tenancy"
+)
+
+// Route names of the erasure.
+const (
+	RouteErase   = "platform.tenant.erase"
+	RouteErasure = "platform.tenant.erasure"
+)
+
+// eraseJobs runs erasures in the background of a serving process: one
+// per tenant at a time, on the process's context (a shutdown stops it
+// between statements; POST again, here or from `strata tenants erase`,
+// resumes it).
+type eraseJobs struct {
+	ctx     context.Context
+	eraser  *tenancy.Eraser
+	logger  *slog.Logger
+	mu      sync.Mutex
+	running map[domain.TenantID]bool
+}
+
+// SetEraser enables the erasure routes; ctx bounds the background jobs.
+// Without it they answer 503.
+func (a *API) SetEraser(ctx context.Context, e *tenancy.Eraser, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	a.erase = &eraseJobs{ctx: ctx, eraser: e, logger: logger, running: map[domain.TenantID]bool{}}
+}
+
+func (a *API) registerErasure(s *mux.Router) {
+	s.HandleFunc("/v1/platform/tenants/{id}/erase", a.startErase).Methods(http.MethodPost).Name(RouteErase)
+	s.HandleFunc("/v1/platform/tenants/{id}/erasure", a.erasure).Methods(http.MethodGet).Name(RouteErasure)
+}
+
+func (a *API) eraseReady(w http.ResponseWriter, r *http.Request) (tenancy.Actor, domain.TenantID, bool) {
+	actor, ok := a.ready(w, r)
+	if !ok {
+		return actor, "", false
+	}
+	if a.erase == nil {
+		httpapi.WriteError(w, r, &httpapi.Error{Status: http.StatusServiceUnavailable, Code: httpapi.CodeUnavailable,
+			Message: "this process does not run erasures: use `strata tenants erase`"})
+		return actor, "", false
+	}
+	id, ok := pathTenant(w, r)
+	return actor, id, ok
+}
+
+// startErase starts (or resumes) the tenant's erasure as a job and answers
+// 202 with the workflow's state; GET .../erasure follows it.
+func (a *API) startErase(w http.ResponseWriter, r *http.Request) {
+	actor, id, ok := a.eraseReady(w, r)
+	if !ok {
+		return
+	}
+	var req reasonRequest
+	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	state, err := a.erase.eraser.Begin(r.Context(), actor, id, req.Reason)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	if state.NextStep() != "" {
+		j := a.erase
+		j.mu.Lock()
+		if !j.running[id] {
+			j.running[id] = true
+			go func() {
+				defer func() { j.mu.Lock(); delete(j.running, id); j.mu.Unlock() }()
+				if _, err := j.eraser.Run(j.ctx, state); err != nil {
+					j.logger.Warn("tenant erasure stopped; POST erase again to resume", "tenant", string(id), "error", err.Error())
+				}
+			}()
+		}
+		j.mu.Unlock()
+	}
+	httpapi.WriteJSON(w, http.StatusAccepted, state)
+}
+
+func (a *API) erasure(w http.ResponseWriter, r *http.Request) {
+	actor, id, ok := a.eraseReady(w, r)
+	if !ok {
+		return
+	}
+	state, err := a.erase.eraser.Status(r.Context(), actor, id)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, state)
+}
