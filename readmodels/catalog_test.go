@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )
@@ -31,7 +31,7 @@ func testCtx(t testing.TB) context.Context {
 // or global (and why). It replaced a list of global tables kept here.
 func classification(t *testing.T) *db.Classification {
 	t.Helper()
-	c, err := db.Classify(modules.All().Lines()...)
+	c, err := db.Classify(examples.All().Lines()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind
 func TestCatalogEnforcesTenancy(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +318,7 @@ JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'strata' AND c.r
 	}
 	// Every module's tables were among them: a module's migration line is
 	// covered by this test without a list to keep.
-	for _, p := range modules.All().Projections() {
+	for _, p := range examples.All().Projections() {
 		for _, table := range p.Tables() {
 			var hasTenant bool
 			if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
@@ -340,7 +340,7 @@ JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'strata' AND c.r
 func TestCatalogCheckCatchesBreaches(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/examples/inventory/stock"
 	"github.com/strata-es/strata/examples/inventory/stockview"
 	"github.com/strata-es/strata/examples/orders/order"
@@ -26,7 +26,7 @@ import (
 func TestRebuildOfAnotherModulesProjection(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
-	mods := modules.All()
+	mods := examples.All()
 	reg := mods.MustRegistry()
 	d := testdb.New(t, mods.Lines()...)
 	store := postgres.New(d.App, d.Projector)
@@ -84,7 +84,7 @@ func TestRebuildOfAnotherModulesProjection(t *testing.T) {
 // error of the process, never events silently dropped from a rebuilt table.
 func TestRebuildRefusesUndecodableEvents(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	store := postgres.New(d.App, d.Projector)
 	p := stockview.NewItems(stockview.ItemsTables{})
 	_, err := replay.New(replay.Config{Registry: order.Registry, Projections: []projections.Projection{p}, Pool: d.Projector, App: d.App,

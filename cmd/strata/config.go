@@ -93,14 +93,12 @@ var envVars = map[string]string{
 	"STRATA_RETENTION_PLATFORM_AUDIT":      "window of tenant_audit, the platform calls' record, e.g. 365d or keep (default 365d)",
 	"STRATA_PLATFORM_RETENTION_INTERVAL":   "pause between the serving processes' passes deleting expired export jobs and tenant_audit rows (default 10m)",
 
-	// Process managers (docs/process-managers.md) and the fulfilment module's payments (docs/fulfilment.md).
-	"STRATA_PROCESSES":            "process managers the projector role runs: all (default), none, or a comma-separated list of names (e.g. fulfilment)",
-	"STRATA_PROCESS_POLL":         "how often process managers look at the log, their outbox and their deadlines when nothing wakes them (default 1s)",
-	"STRATA_PROCESS_ATTEMPTS":     "attempts at a process step (command or provider call) that fails transiently before its instance is parked in the dead-letter store (default 5)",
-	"STRATA_PAYMENT_PROVIDER":     "fulfilment's payment provider: manual (default; the customer pays with POST /v1/orders/{id}/pay) or http",
-	"STRATA_PAYMENT_URL":          "base URL of the http payment provider's capture API (required for http, refused for manual)",
-	"STRATA_PAYMENT_TIMEOUT":      "how long a placed order may stay unpaid before fulfilment cancels it, e.g. 15m (default 15m, at least 1s)",
-	"STRATA_PAYMENT_HTTP_TIMEOUT": "bound on one call to the http payment provider (default 5s)",
+	// Process managers (docs/process-managers.md). A module's own settings
+	// (the fulfilment module's payments, say) are declared by the module
+	// (module.Module.Settings), not here.
+	"STRATA_PROCESSES":        "process managers the projector role runs: all (default), none, or a comma-separated list of names (e.g. fulfilment)",
+	"STRATA_PROCESS_POLL":     "how often process managers look at the log, their outbox and their deadlines when nothing wakes them (default 1s)",
+	"STRATA_PROCESS_ATTEMPTS": "attempts at a process step (command or provider call) that fails transiently before its instance is parked in the dead-letter store (default 5)",
 }
 
 func (e env) str(name, def string) string {

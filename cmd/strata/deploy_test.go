@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/telemetry"
 )
 
@@ -24,6 +25,13 @@ func knownVar(name string) bool {
 	for _, v := range telemetry.EnvVars {
 		if v == name {
 			return true
+		}
+	}
+	for _, m := range examples.All() {
+		for _, s := range m.Settings {
+			if s.Name == name {
+				return true
+			}
 		}
 	}
 	return false
@@ -286,6 +294,15 @@ func TestReadmeDocumentsEveryVariable(t *testing.T) {
 	for name := range envVars {
 		if !strings.Contains(string(raw), "`"+name+"`") {
 			t.Errorf("README.md does not document %s", name)
+		}
+	}
+	settings, err := examples.All().Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(string(raw), "`"+s.Name+"`") {
+			t.Errorf("README.md does not document %s (a setting of an example module)", s.Name)
 		}
 	}
 }

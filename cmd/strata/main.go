@@ -39,6 +39,7 @@ Usage:
   strata token   --console [--tenant T --scope admin,platform]     print a login URL of the console (/console, docs/console.md)
   strata bench   [--quick] [--out FILE] [--workloads a,b]          measure hot paths against raw PostgreSQL
   strata db      reset                                              stop the embedded PostgreSQL and delete its data
+  strata config  [--json]                                           every setting of the engine and of each module, and which are set
   strata version                                                    print the version
 
 Configuration comes from the environment; see README.md ("Configuration").
@@ -70,6 +71,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdBench(ctx, args[1:], stdout, stderr)
 	case "db":
 		return cmdDB(ctx, args[1:], env, stdout, stderr)
+	case "config":
+		return cmdConfig(args[1:], env, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "strata", version)
 		return exitOK

@@ -8,8 +8,8 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
+	"github.com/strata-es/strata/examples"
 )
 
 func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
@@ -35,7 +35,7 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 	}
 	defer stopDB()
 	logf := func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
-	lines := modules.All().Lines()
+	lines := examples.All().Lines()
 	switch args[0] {
 	case "up":
 		if err = db.Up(ctx, url, logf, lines...); err == nil {

@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/placement"
 	"github.com/strata-es/strata/projections"
 )
@@ -139,7 +139,7 @@ func addPlacement(ctx context.Context, e env, reg *placement.Registry, owner *pg
 // migratePlacement applies every module's migrations to a placement's
 // database and provisions the serving logins strata derives from its URL.
 func migratePlacement(ctx context.Context, e env, rawURL string, logf db.Logf) error {
-	if err := db.Up(ctx, rawURL, logf, modules.All().Lines()...); err != nil {
+	if err := db.Up(ctx, rawURL, logf, examples.All().Lines()...); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	c, err := placementConns(rawURL)
@@ -351,7 +351,7 @@ func checkPlacement(ctx context.Context, name, ownerURL string) placementHealth 
 		return h
 	}
 	h.Reachable = true
-	mods := modules.All()
+	mods := examples.All()
 	h.Schema = "current"
 	if err := db.Check(cctx, app, mods.Lines()...); err != nil {
 		h.Schema = err.Error()

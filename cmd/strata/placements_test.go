@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/internal/pgtest"
 )
@@ -128,7 +128,7 @@ func TestPlacementsServeEachTenantFromItsDatabase(t *testing.T) {
 	}
 	// Admin calls are routed too: eu's projections all run, at the head.
 	status, raw, _ = apiCall(t, nil, base, tokens["zeta"], http.MethodGet, "/v1/admin/projections", "")
-	if status != http.StatusOK || strings.Count(string(raw), `"status":"running"`) != len(modules.All().Projections()) {
+	if status != http.StatusOK || strings.Count(string(raw), `"status":"running"`) != len(examples.All().Projections()) {
 		t.Fatalf("zeta's admin view of projections: %d %s", status, raw)
 	}
 
@@ -191,7 +191,7 @@ func TestPlacementsServeEachTenantFromItsDatabase(t *testing.T) {
 		t.Fatalf("placements status: %d %s %s", code, out, errOut)
 	}
 	for _, p := range st.Placements {
-		if !p.Reachable || p.Schema != "current" || p.Tenants != 1 || len(p.Projections) != len(modules.All().Projections()) {
+		if !p.Reachable || p.Schema != "current" || p.Tenants != 1 || len(p.Projections) != len(examples.All().Projections()) {
 			t.Errorf("placements status of %s: %+v", p.Name, p)
 		}
 		for _, r := range p.Projections {

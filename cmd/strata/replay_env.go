@@ -10,10 +10,11 @@ import (
 	"os/user"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/strata-es/strata/cmd/strata/modules"
+
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/examples"
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/esdb"
@@ -83,7 +84,7 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 		}
 		closers = append(closers, owner.Close)
 	}
-	switch err := db.Check(ctx, proj, modules.All().Lines()...); {
+	switch err := db.Check(ctx, proj, examples.All().Lines()...); {
 	case err != nil && db.IsUnavailable(err):
 		return fail(fmt.Errorf("cannot reach the database (check DATABASE_URL and that PostgreSQL is up): %w", err))
 	case errors.Is(err, db.ErrSchemaBehind):
@@ -104,17 +105,14 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", replay.ErrInvalid, err))
 	}
-	mods := modules.All()
+	mods := examples.All()
 	registry, err := mods.Registry()
 	if err != nil {
 		return fail(err)
 	}
 	// The process managers, as serve makes them (their settings decide how
 	// a retried input is decided); the CLI never executes their commands.
-	specs, err := mods.Processes(modules.ProcessDeps{
-		Deps:   commandapi.Deps{Config: commands.Config{Registry: registry}},
-		Getenv: func(name string) string { return e.str(name, "") },
-	})
+	specs, err := mods.Processes(commandapi.Deps{Config: commands.Config{Registry: registry}}, e.get)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", replay.ErrInvalid, err))
 	}

@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/pgtest"
@@ -97,7 +97,7 @@ VALUES ('acme', 'order-ghost', 1, gen_random_uuid(), 'order.line_added', 2,
 			ParkedStreams int64  `json:"parked_streams"`
 		} `json:"projections"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Projections) != len(modules.All().Projections()) || st.Projections[0].Name != "order_details" ||
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Projections) != len(examples.All().Projections()) || st.Projections[0].Name != "order_details" ||
 		st.Projections[0].DeadLetters != 1 || st.Projections[0].ParkedStreams != 1 {
 		t.Fatalf("status --json: %v %s", err, out)
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/readmodels/queryapi"
@@ -27,7 +27,7 @@ import (
 // have waited and fallen back to the primary, and X-Read-Source says so;
 // the others are answered by the replica once it has replayed the token.
 func TestQueryReplicaReadYourWrites(t *testing.T) {
-	primary := testdb.NewPrivate(t, nil, modules.All().Lines()...)
+	primary := testdb.NewPrivate(t, nil, examples.All().Lines()...)
 	replica := pgtest.StartReplica(t, primary.Server, nil)
 	replicaLogin, err := db.LoginURL(replica.URL(), db.LoginApp)
 	if err != nil {

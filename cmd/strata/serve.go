@@ -21,7 +21,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
@@ -31,8 +30,10 @@ import (
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/esdb"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/pgembed"
+	"github.com/strata-es/strata/module"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/telemetry"
@@ -126,7 +127,7 @@ var testSpanExporter sdktrace.SpanExporter
 // (wireCommand, wireQuery, wireProjector) adds its routes, background loops
 // and readiness checks to it.
 type app struct {
-	mods       modules.Set     // the application's bounded contexts
+	mods       module.Set      // the application's bounded contexts
 	registry   *event.Registry // every module's codecs: the one registry of the process
 	logger     *slog.Logger
 	url        string          // the owner connection's ("" without DATABASE_URL)
@@ -205,7 +206,7 @@ type readinessCheck struct {
 }
 
 func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.Logger, stdout io.Writer) error {
-	mods := modules.All()
+	mods := examples.All()
 	registry, err := mods.Registry()
 	if err != nil {
 		return err
@@ -476,12 +477,12 @@ func wireCommand(a *app) error {
 		Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
 		Placement:   a.placement,
 		Epoch:       a.epoch,
-	})
+	}, a.env.get)
 }
 
 // schemaCurrent reports whether every migration line (the engine's and
 // each module's) is at the version this binary expects.
-func schemaCurrent(ctx context.Context, pool *pgxpool.Pool, mods modules.Set) error {
+func schemaCurrent(ctx context.Context, pool *pgxpool.Pool, mods module.Set) error {
 	err := db.Check(ctx, pool, mods.Lines()...)
 	switch {
 	case err == nil:

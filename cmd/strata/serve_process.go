@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
@@ -91,14 +90,11 @@ func (a *app) processSpecs() ([]process.Spec, error) {
 	if a.specsMade {
 		return a.allSpecs, nil
 	}
-	specs, err := a.mods.Processes(modules.ProcessDeps{
-		Deps: commandapi.Deps{
-			Store:       telemetry.InstrumentStore(a.events, a.metrics),
-			Idempotency: a.store,
-			Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
-		},
-		Getenv: func(name string) string { return a.env.str(name, "") }, // documented in envVars
-	})
+	specs, err := a.mods.Processes(commandapi.Deps{
+		Store:       telemetry.InstrumentStore(a.events, a.metrics),
+		Idempotency: a.store,
+		Config:      commands.Config{Registry: a.registry, Middleware: []commands.Middleware{telemetry.CommandMiddleware(a.metrics)}},
+	}, a.env.get)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/cmd/strata/modules"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 
@@ -64,14 +64,14 @@ func TestServeReadSideAcrossProcesses(t *testing.T) {
 		t.Errorf("read-your-writes across processes took %s", took)
 	}
 	status, raw := call(api, http.MethodGet, "/v1/admin/projections", "")
-	if status != http.StatusOK || strings.Count(string(raw), `"status":"running"`) != len(modules.All().Projections()) {
+	if status != http.StatusOK || strings.Count(string(raw), `"status":"running"`) != len(examples.All().Projections()) {
 		t.Fatalf("admin view from the query process: %d %s", status, raw)
 	}
 
 	// A standby projector (with a query role to look through).
 	standby, _, stopStandby := startServe(t, vars(), "--roles", "projector,query")
 	waitReady(t, standby)
-	if status, raw := call(standby, http.MethodGet, "/v1/admin/projections", ""); status != http.StatusOK || strings.Count(string(raw), `"status":"standby"`) != len(modules.All().Projections()) {
+	if status, raw := call(standby, http.MethodGet, "/v1/admin/projections", ""); status != http.StatusOK || strings.Count(string(raw), `"status":"standby"`) != len(examples.All().Projections()) {
 		t.Fatalf("admin view from the standby: %d %s", status, raw)
 	}
 	if code := stopProjector(); code != exitOK {
@@ -87,7 +87,7 @@ func TestServeReadSideAcrossProcesses(t *testing.T) {
 	// lease retry.
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		status, raw := call(standby, http.MethodGet, "/v1/admin/projections", "")
-		if status == http.StatusOK && strings.Count(string(raw), `"status":"running"`) == len(modules.All().Projections()) {
+		if status == http.StatusOK && strings.Count(string(raw), `"status":"running"`) == len(examples.All().Projections()) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/tenancy"
 	"github.com/strata-es/strata/tenancy/platformapi"
@@ -224,7 +224,7 @@ func newEraser(e env, pool *pgxpool.Pool, store *tenancy.Store, logger *slog.Log
 		ProgressFunc: progress,
 		// The inventory: every table the engine's and the modules' lines
 		// declare (docs/tenants.md, "Erasure").
-		Lines: modules.All().Lines(),
+		Lines: examples.All().Lines(),
 		// Every runner kind, whatever its lease family: projections,
 		// rebuilds, process managers, the relay (issue 29: judged by the
 		// projections' family alone, the erasure went past a relay that

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections/relay"
 	"github.com/strata-es/strata/tenancy"
@@ -59,7 +59,7 @@ func TestEraseWaitsForTheRelay(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	owner, err := db.OpenPool(ctx, d.AdminURL, db.PoolConfig{Role: db.RoleProjector, MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)

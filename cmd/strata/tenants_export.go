@@ -18,9 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/tenancy"
 	"github.com/strata-es/strata/tenancy/portability"
 )
@@ -279,7 +279,7 @@ func printFiles(w io.Writer, m portability.Manifest) {
 func portabilityConfig() portability.Config {
 	var cfg portability.Config
 	seen := map[string]bool{}
-	for _, p := range modules.All().Projections() {
+	for _, p := range examples.All().Projections() {
 		cfg.Projections = append(cfg.Projections, p.Name())
 		var posCols []string
 		if pc, ok := p.(portability.PositionColumnser); ok {
@@ -379,7 +379,7 @@ func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.
 	}
 	owner, err := openOwner(url)
 	if err == nil {
-		err = db.Check(ctx, owner, modules.All().Lines()...)
+		err = db.Check(ctx, owner, examples.All().Lines()...)
 		if err != nil {
 			err = fmt.Errorf("%v: run `strata migrate up`", err)
 		}
@@ -402,7 +402,7 @@ func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.
 	actor := tenancy.Actor{Subject: "cli:" + osUser()}
 	cfg := portabilityConfig()
 	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor, cfg.CatchUp = app, proj, owner, actor.Subject, catchUp
-	if cfg.Registry, err = modules.All().Registry(); err != nil {
+	if cfg.Registry, err = examples.All().Registry(); err != nil {
 		closeAll()
 		return nil, nil, err
 	}

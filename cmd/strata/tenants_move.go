@@ -13,11 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/placement"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/tenancy"
@@ -80,7 +80,7 @@ func cmdTenantsMove(ctx context.Context, sub string, args []string, e env, stdou
 	if err != nil {
 		return usageError(stderr, err.Error()), true
 	}
-	mods := modules.All()
+	mods := examples.All()
 	var tables []string
 	for _, p := range mods.Projections() {
 		tables = append(tables, p.Tables()...)

@@ -15,12 +15,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/tenancy/portability/archivetest"
@@ -40,7 +40,7 @@ func newImportBundle(t *testing.T) *importBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func newImportBundle(t *testing.T) *importBundle {
 	}
 	b := &importBundle{ctx: ctx, d: d, conn: conn}
 	cfg := Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test",
-		Registry: modules.All().MustRegistry()}
+		Registry: examples.All().MustRegistry()}
 	cfg.Provision = func(ctx context.Context, id domain.TenantID) error {
 		b.provisioned = append(b.provisioned, id)
 		_, err := conn.Exec(ctx, `INSERT INTO strata.tenants (id, status) VALUES ($1, 'active')`, id)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/testdb"
 )
 
@@ -25,7 +25,7 @@ import (
 func TestJobsCapIsTheDatabasesAndExpiredJobsGo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestJobsCapIsTheDatabasesAndExpiredJobsGo(t *testing.T) {
 func TestJobStartRacingAnErasureIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 )
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // every module's read-model tables, as cmd/strata passes them.
 func moduleTables() []Table {
 	var out []Table
-	for _, p := range modules.All().Projections() {
+	for _, p := range examples.All().Projections() {
 		var pos []string
 		if pc, ok := p.(PositionColumnser); ok {
 			pos = pc.PositionColumns()
@@ -91,7 +91,7 @@ func archiveFiles(t *testing.T, raw []byte) map[string][]byte {
 func TestExportCannotReadAnotherTenant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -186,14 +186,14 @@ func TestExportCannotReadAnotherTenant(t *testing.T) {
 func TestImportChecksTheArchive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, modules.All().Lines()...)
+	d := testdb.New(t, examples.All().Lines()...)
 	conn, err := pgx.Connect(ctx, d.AdminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
 	seedCanary(ctx, t, conn)
-	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test", Registry: modules.All().MustRegistry()})
+	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test", Registry: examples.All().MustRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

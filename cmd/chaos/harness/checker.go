@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/projections"
 )
@@ -315,7 +315,7 @@ func logHeadAt(ctx context.Context, url string) (event.Position, error) {
 // readCheckpoints returns every projection's checkpoint.
 func readCheckpoints(ctx context.Context, conn *pgx.Conn) (map[string]projections.Checkpoint, error) {
 	conn.Exec(ctx, "SET search_path = strata") //nolint:errcheck // the query below fails instead
-	return projections.ReadCheckpoints(ctx, conn, projections.Names(modules.All().Projections())...)
+	return projections.ReadCheckpoints(ctx, conn, projections.Names(examples.All().Projections())...)
 }
 
 // waitAtHead waits until every projection's checkpoint has reached target
@@ -333,7 +333,7 @@ func waitAtHead(ctx context.Context, url string, target event.Position, limit ti
 			return time.Time{}, false, "", err
 		}
 		behind = ""
-		names := projections.Names(modules.All().Projections())
+		names := projections.Names(examples.All().Projections())
 		sort.Strings(names)
 		for _, name := range names {
 			if cp := cps[name]; cp.Position.Less(target) {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/projections"
 )
@@ -148,7 +148,7 @@ func compareWithRebuildOn(ctx context.Context, srv *pgembed.Server, liveDB strin
 		return v, err
 	}
 	refURL := srv.URLFor(refDB)
-	if err := db.Up(ctx, refURL, nil, modules.All().Lines()...); err != nil {
+	if err := db.Up(ctx, refURL, nil, examples.All().Lines()...); err != nil {
 		return v, fmt.Errorf("migrate the rebuild database: %w", err)
 	}
 	live, err := connectAdmin(ctx, srv.URLFor(liveDB))
@@ -191,8 +191,8 @@ func compareWithRebuildOn(ctx context.Context, srv *pgembed.Server, liveDB strin
 		return v, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, p := range modules.All().Projections() {
-		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{BatchSize: 2000, Registry: modules.All().MustRegistry(), Logger: quiet})
+	for _, p := range examples.All().Projections() {
+		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{BatchSize: 2000, Registry: examples.All().MustRegistry(), Logger: quiet})
 		if err != nil {
 			return v, err
 		}
@@ -203,7 +203,7 @@ func compareWithRebuildOn(ctx context.Context, srv *pgembed.Server, liveDB strin
 		}
 	}
 
-	tables := modules.All().Tables()
+	tables := examples.All().Tables()
 	liveSums, err := checksums(ctx, live, tables)
 	if err != nil {
 		return v, err

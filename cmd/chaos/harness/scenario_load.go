@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -489,7 +489,7 @@ func (e *env) runR5(ctx context.Context, r *Result) error {
 	if hold.err != nil {
 		return fmt.Errorf("long transaction: %w", hold.err)
 	}
-	names := projections.Names(modules.All().Projections())
+	names := projections.Names(examples.All().Projections())
 	minLag, minEvents := -1.0, int64(-1)
 	for _, n := range names {
 		if minLag < 0 || hold.maxLag[n] < minLag {

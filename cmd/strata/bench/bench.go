@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgembed"
 )
 
@@ -118,7 +118,7 @@ func (e *Env) newDatabase(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	url := e.Server.URLFor(name)
-	if err := db.Up(ctx, url, nil, modules.All().Lines()...); err != nil {
+	if err := db.Up(ctx, url, nil, examples.All().Lines()...); err != nil {
 		return "", err
 	}
 	// What `strata migrate up` does besides the schema: the serving logins

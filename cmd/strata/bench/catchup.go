@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/examples/orders/ordertest"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/replay"
@@ -76,7 +76,7 @@ func resetReadSide(ctx context.Context, url string) error {
 	// Every projection's tables, so that a module's new table is never left
 	// holding the last run's rows (which the next run, from an empty
 	// ledger, would insert again).
-	for _, t := range modules.All().Tables() {
+	for _, t := range examples.All().Tables() {
 		if _, err := conn.Exec(ctx, "TRUNCATE strata."+pgx.Identifier{t}.Sanitize()); err != nil {
 			return fmt.Errorf("reset %s: %w", t, err)
 		}
@@ -105,10 +105,10 @@ func catchUpOnce(ctx context.Context, l *logDB) (time.Duration, map[string]time.
 	store := postgres.New(nil, proj)
 	// One registry for the shared reads and every runner: a runner refuses
 	// shared reads that decode with another.
-	reg := modules.All().MustRegistry()
+	reg := examples.All().MustRegistry()
 	shared := projections.NewSharedReads(store, reg, 0)
 	var runners []*projections.Runner
-	for _, p := range modules.All().Projections() {
+	for _, p := range examples.All().Projections() {
 		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{Shared: shared, Registry: reg})
 		if err != nil {
 			return 0, nil, err
@@ -228,13 +228,13 @@ func benchCatchUp(ctx context.Context, e *Env) ([]Result, error) {
 		}
 		strataRuns = append(strataRuns, Run{Ops: int64(l.events), Seconds: d.Seconds(), Throughput: float64(l.events) / d.Seconds()})
 		e.logf("catch-up strata run %d: %.0f events/s (all %d projections, %d events; %s)", i+1, strataRuns[i].Throughput,
-			len(modules.All().Projections()), l.events, formatEach(each))
+			len(examples.All().Projections()), l.events, formatEach(each))
 	}
 	s, r := summarize(strataRuns), summarize(rawRuns)
 	return []Result{{Workload: "projection catch-up", Concurrency: 4, Unit: "events/s", Strata: s, Raw: &r,
 		RawLabel: "batched INSERT ... ON CONFLICT, 500 rows/tx, 4 writers", Ratio: ratioOf(s, r),
 		Target: ">= 30000 events/s", Met: met(s.Median.Throughput >= 30000),
-		Note: fmt.Sprintf("%d events; every event goes through all %d projections, the baseline writes each row once", l.events, len(modules.All().Projections()))}}, nil
+		Note: fmt.Sprintf("%d events; every event goes through all %d projections, the baseline writes each row once", l.events, len(examples.All().Projections()))}}, nil
 }
 
 // benchRebuild runs `replay rebuild --all` (the library the CLI calls) over
@@ -251,7 +251,7 @@ func benchRebuild(ctx context.Context, e *Env) ([]Result, error) {
 	}
 	defer proj.Close()
 	svc, err := replay.New(replay.Config{Pool: proj, Log: postgres.New(nil, proj), Logger: slog.New(slog.DiscardHandler),
-		Projections: modules.All().Projections(), Registry: modules.All().MustRegistry()})
+		Projections: examples.All().Projections(), Registry: examples.All().MustRegistry()})
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/strata-es/strata/cmd/strata/modules"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/replay"
 )
 
@@ -34,7 +34,7 @@ func benchVerify(ctx context.Context, e *Env) ([]Result, error) {
 	}
 	defer proj.Close()
 	store := postgres.New(nil, proj)
-	mods := modules.All()
+	mods := examples.All()
 	svc, err := replay.New(replay.Config{Pool: proj, Log: store, Logger: slog.New(slog.DiscardHandler),
 		Projections: mods.Projections(), Registry: mods.MustRegistry()})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd/payhttp"
+	"github.com/strata-es/strata/module"
 )
 
 // Payment providers.
@@ -31,6 +32,16 @@ const (
 	EnvTimeout     = "STRATA_PAYMENT_TIMEOUT"
 	EnvHTTPTimeout = "STRATA_PAYMENT_HTTP_TIMEOUT"
 )
+
+// Settings are the module's settings (module.Module.Settings): the
+// variables ConfigFromEnv reads, with their defaults, for the
+// configuration reference.
+var Settings = []module.Setting{
+	{Name: EnvProvider, Default: ProviderManual, Doc: "fulfilment's payment provider: manual (default; the customer pays with POST /v1/orders/{id}/pay) or http"},
+	{Name: EnvURL, Doc: "base URL of the http payment provider's capture API (required for http, refused for manual)"},
+	{Name: EnvTimeout, Default: DefaultPaymentTimeout.String(), Doc: "how long a placed order may stay unpaid before fulfilment cancels it, e.g. 15m (default 15m, at least 1s)"},
+	{Name: EnvHTTPTimeout, Default: DefaultHTTPTimeout.String(), Doc: "bound on one call to the http payment provider (default 5s)"},
+}
 
 // Config configures the fulfilment process.
 type Config struct {
@@ -85,8 +96,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ConfigFromEnv reads the configuration from the environment (getenv is
-// os.Getenv in cmd/strata): STRATA_PAYMENT_PROVIDER (manual|http, default
+// ConfigFromEnv reads the configuration with getenv (the module's
+// module.Settings.Get: the entry point read them from the environment): STRATA_PAYMENT_PROVIDER (manual|http, default
 // manual), STRATA_PAYMENT_URL (required for http), STRATA_PAYMENT_TIMEOUT
 // (a Go duration, default 15m) and STRATA_PAYMENT_HTTP_TIMEOUT (a Go
 // duration, default 5s). The result is validated.
