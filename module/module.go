@@ -269,3 +269,42 @@ func (s Set) Settings() ([]Setting, error) {
 }
 
 var settingName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// Check reports what makes the set unusable, every problem at once: no
+// module, a module without a name or codecs, a name used twice, an event
+// type or a projection or process name two modules claim, a malformed or
+// clashing setting.
+func (s Set) Check() error {
+	var errs []error
+	if len(s) == 0 {
+		errs = append(errs, errors.New("no module: an application runs at least one"))
+	}
+	names := map[string]bool{}
+	for i, m := range s {
+		switch {
+		case !moduleName.MatchString(m.Name):
+			errs = append(errs, fmt.Errorf("module %d: name %q: want lower-case [a-z][a-z0-9_]*", i, m.Name))
+		case names[m.Name]:
+			errs = append(errs, fmt.Errorf("module name %q is used twice", m.Name))
+		}
+		names[m.Name] = true
+		if m.Codecs == nil {
+			errs = append(errs, fmt.Errorf("module %s: no Codecs", m.Name))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if _, err := s.Registry(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.CheckProjections(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := s.Settings(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+var moduleName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)

@@ -122,7 +122,7 @@ func engineRules(imports map[string][]string) []rule {
 	tops := map[string]bool{}
 	for dir := range imports {
 		top, _, _ := strings.Cut(dir, "/")
-		if top != "." && top != moduleTree && top != "cmd" {
+		if top != moduleTree && top != "cmd" {
 			tops[top] = true
 		}
 	}

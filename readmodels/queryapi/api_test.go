@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
+	"github.com/strata-es/strata/cli/openapi/openapitest"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/domain"
@@ -181,7 +181,7 @@ func (b *bundle) do(method, path, tok string, body any, header ...string) respon
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
-	res, err := openapitest.Client(b.t).Do(req) // every response checked against cmd/strata/openapi/openapi.json
+	res, err := openapitest.Client(b.t).Do(req) // every response checked against cli/openapi/openapi.json
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
+	"github.com/strata-es/strata/cli/openapi/openapitest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
@@ -56,7 +56,7 @@ func (e env) call(tok, method, path string, body any) (int, map[string]any) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := openapitest.Client(e.t).Do(req) // every response checked against cmd/strata/openapi/openapi.json
+	res, err := openapitest.Client(e.t).Do(req) // every response checked against cli/openapi/openapi.json
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
+	"github.com/strata-es/strata/cli/openapi/openapitest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"

@@ -34,7 +34,7 @@ type moneyJSON struct {
 }
 
 // fulfilmentJSON is the route's body (the OpenAPI schema beside the route
-// in cmd/strata/openapi/openapi.json).
+// in cli/openapi/openapi.json).
 type fulfilmentJSON struct {
 	OrderID          string     `json:"order_id"`
 	Stage            string     `json:"stage"`

@@ -15,7 +15,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/cmd/strata/openapi/openapitest"
+	"github.com/strata-es/strata/cli/openapi/openapitest"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/domain"
@@ -88,7 +88,7 @@ func (b *bundle) do(t *testing.T, method, path, tok string, body string, headers
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	res, err := openapitest.Client(t).Do(req) // every response checked against cmd/strata/openapi/openapi.json
+	res, err := openapitest.Client(t).Do(req) // every response checked against cli/openapi/openapi.json
 	if err != nil {
 		t.Fatal(err)
 	}

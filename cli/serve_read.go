@@ -1,0 +1,262 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/httpapi"
+
+	"github.com/strata-es/strata/projections"
+	"github.com/strata-es/strata/readmodels"
+	"github.com/strata-es/strata/readmodels/queryapi"
+)
+
+// readSide is what the query and projector roles of one serve process
+// share: the progress the local runners report (so that a query waiting
+// for a consistency token wakes on the commit) and the runners themselves
+// (for the admin route's standby status).
+type readSide struct {
+	progress *projections.Progress
+	mu       sync.Mutex
+	runners  map[string]*projections.Runner
+}
+
+// readSides maps a serve process's app to its read side. serve may run
+// more than once in one OS process (tests), hence a map, emptied when the
+// workers stop.
+var readSides sync.Map // *app -> *readSide
+
+func readSideOf(a *app) *readSide {
+	rs, loaded := readSides.LoadOrStore(a, &readSide{progress: projections.NewProgress(), runners: map[string]*projections.Runner{}})
+	if !loaded {
+		a.workers = append(a.workers, worker{name: "read-side cleanup", run: func(ctx context.Context) error {
+			<-ctx.Done()
+			readSides.Delete(a)
+			return nil
+		}})
+	}
+	return rs.(*readSide)
+}
+
+func (rs *readSide) local(name string) (projections.RunnerStatus, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.runners[name]
+	if !ok {
+		return projections.RunnerStatus{}, false
+	}
+	return r.Status(), true
+}
+
+// wireQuery mounts the query API on the authenticated router. Queries read
+// as the application role; a consistency token is waited for against the
+// checkpoints table, woken at once by runners in this process.
+func wireQuery(a *app) error {
+	rs := readSideOf(a)
+	monitor := projections.NewMonitor(projections.MonitorConfig{
+		App:         a.appPool,
+		Log:         a.log,
+		Names:       projections.Names(a.mods.Projections()),
+		Local:       rs.local,
+		ExternalLog: a.external,
+	})
+	// A token beyond the last committed event was never handed out. In
+	// PostgreSQL that is LastCommitted, not Head: Head stops below an
+	// older open transaction, and a command that committed after it has
+	// a genuine token beyond Head.
+	head := a.log.Head
+	if !a.external {
+		head = a.store.LastCommitted
+	}
+	models := readmodels.NewDB(a.appPool)
+	replicas, onRead, err := queryReplicas(a)
+	if err != nil {
+		return err
+	}
+	budget, err := a.env.duration("STRATA_QUERY_REPLICA_BUDGET", 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	ahead := newAheadGuard(a)
+	api := queryapi.New(models, projections.NewConsistency(a.appPool, rs.progress), monitor,
+		queryapi.Config{Head: head, WaitSlot: a.waitSlot, Replicas: replicas, ReplicaBudget: budget, OnRead: onRead, Refuse: ahead.refuse,
+			Placement: a.placement, Epoch: a.epoch})
+	api.RegisterAdmin(a.queryAPI)
+	api.Register(a.queryAPI, a.mods.Queries(models)...)
+	return nil
+}
+
+// logEnd is the newest committed position of the event log: for
+// PostgreSQL LogEnd (LastCommitted, as Head stops below an older open
+// transaction, or the watermark a purge left), for EventStoreDB its head.
+func (a *app) logEnd() func(ctx context.Context) (event.Position, error) {
+	if a.external {
+		return a.log.Head
+	}
+	return a.store.LogEnd
+}
+
+// aheadGuard refuses the query routes over projections whose checkpoint
+// is beyond the end of the log (projections.StateAheadOfLog), as read from
+// the checkpoints every few seconds.
+type aheadGuard struct {
+	ahead atomic.Pointer[map[string]string] // projection -> why
+}
+
+func newAheadGuard(a *app) *aheadGuard {
+	g := &aheadGuard{}
+	g.ahead.Store(&map[string]string{})
+	end := a.logEnd()
+	refresh := func(ctx context.Context) {
+		cps, err := projections.ReadCheckpoints(ctx, a.appPool)
+		if err != nil {
+			return // keep the last answer through an outage
+		}
+		head, err := end(ctx)
+		if err != nil {
+			return
+		}
+		m := map[string]string{}
+		for name, cp := range cps {
+			// Found by a runner (and kept), or not yet: a query process
+			// started on a restored database refuses from its first look.
+			if cp.Status == projections.StateAheadOfLog || head.Less(cp.Position) {
+				m[name] = cp.LastError
+			}
+		}
+		g.ahead.Store(&m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	refresh(ctx)
+	cancel()
+	a.workers = append(a.workers, worker{name: "ahead-of-log guard", run: func(ctx context.Context) error {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			refresh(ctx)
+		}
+	}})
+	return g
+}
+
+func (g *aheadGuard) refuse(names []string) error {
+	m := *g.ahead.Load()
+	for _, n := range names {
+		if _, ok := m[n]; ok {
+			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: httpapi.CodeUnavailable, RetryAfter: 30 * time.Second,
+				Message: "the read model of projection " + n + " is ahead of the event store (restored from a later point than the events) and is not served until an operator rebuilds it"}
+		}
+	}
+	return nil
+}
+
+// wireProjector starts one runner per projection, the LISTEN connection
+// that wakes them on appends of other processes, and the forwarding of
+// this process's own appends.
+func wireProjector(a *app) error {
+	batch, err := a.env.integer("STRATA_PROJECTION_BATCH", 500)
+	if err != nil {
+		return err
+	}
+	poll, err := a.env.duration("STRATA_PROJECTION_POLL", time.Second)
+	if err != nil {
+		return err
+	}
+	policy, err := failurePolicy(a.env)
+	if err != nil {
+		return err
+	}
+	rs := readSideOf(a)
+	wake := a.projectionWake()
+	var runners []*projections.Runner
+	// Runners catching up together (a fresh install, a restart far behind)
+	// read and decode each batch once between them.
+	shared := projections.NewSharedReads(a.log, a.registry, 0)
+	for _, p := range a.mods.Projections() {
+		r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
+			LogEnd:       a.logEnd(),
+			BatchSize:    batch,
+			PollInterval: poll,
+			Wake:         wake.C,
+			Progress:     rs.progress,
+			Shared:       shared,
+			Registry:     a.registry,
+			Logger:       a.logger,
+			DeadLetters:  true, // decision 5: a poison event parks its stream (docs/replay.md)
+			Failures:     policy,
+			OnBatch: func(b projections.BatchInfo) {
+				a.metrics.ProjectionBatches.WithLabelValues(p.Name()).Inc()
+				a.metrics.ProjectionEvents.WithLabelValues(p.Name()).Add(float64(b.Events))
+			},
+		})
+		if err != nil {
+			return err
+		}
+		runners = append(runners, r)
+		rs.mu.Lock()
+		rs.runners[p.Name()] = r
+		rs.mu.Unlock()
+		a.workers = append(a.workers, worker{name: "projection " + p.Name(), run: r.Run})
+	}
+	// Ready once every runner has a session: active, standby, or active
+	// and retrying a failing event (queries still answer, from the last
+	// applied position; the admin route shows the error).
+	a.readiness = append(a.readiness, readinessCheck{"projections", func(ctx context.Context) error {
+		var waiting, ahead []string
+		for _, r := range runners {
+			switch s := r.Status().State; s {
+			case projections.StateStarting, projections.StateStopped:
+				waiting = append(waiting, r.Name()+" "+string(s))
+			case projections.StateAheadOfLog:
+				ahead = append(ahead, r.Name())
+			}
+		}
+		var problems []string
+		if len(waiting) > 0 {
+			problems = append(problems, "projection runners not connected: "+strings.Join(waiting, ", "))
+		}
+		if len(ahead) > 0 {
+			problems = append(problems, "checkpoints beyond the end of the event log (read models restored from a later point than the events): "+
+				strings.Join(ahead, ", ")+"; rebuild them (`strata replay rebuild P`)")
+		}
+		if len(problems) > 0 {
+			return errors.New(strings.Join(problems, "; "))
+		}
+		return nil
+	}})
+	return nil
+}
+
+// wireNotifier makes the command role announce its appends to projection
+// runners in other processes: a NOTIFY after commit, coalesced.
+func wireNotifier(a *app) error {
+	a.workers = append(a.workers, worker{name: "append notifier", run: func(ctx context.Context) error {
+		return projections.NotifyAppends(ctx, a.appPool, a.appended.C, a.logger)
+	}})
+	return nil
+}
+
+// duration reads a positive duration such as 1s or 250ms.
+func (e env) duration(name string, def time.Duration) (time.Duration, error) {
+	v := e.str(name, "")
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 1s or 250ms", name, v)
+	}
+	return d, nil
+}
