@@ -63,6 +63,7 @@ deps/chromium:
 test: deps ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory test/own-module
 	@$(GO) test -count=1 -run '^TestConformance$$' -v ./eventstore/esdb 2>&1 | grep -E '^(EventStoreDB|--- FAIL)' || true
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
 
@@ -89,6 +90,15 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s) one after the other; a
 		[ $$rc -eq 0 ] || echo "  stopped by the Go 1.26 fuzz coordinator's deadline race (golang/go#75804), not by a crash"; \
 		rm -f $$log; \
 	done
+
+# examples/loyalty is a module in a Go module of its own, written against
+# strata's public API only, as a team writes its own (docs/extending.md):
+# built, vetted and tested from its own directory, with its own go.mod.
+.PHONY: test/own-module
+test/own-module: ## build, vet and test examples/loyalty from its own Go module (the public API, no internal/)
+	@if grep -rn --include='*.go' '"github.com/strata-es/strata/\(.*/\)\?internal' examples/loyalty; then \
+		echo "examples/loyalty imports strata's internal/: a module in its own Go module cannot"; exit 1; fi
+	cd examples/loyalty && $(GO) vet ./... && $(GO) build -o /dev/null ./cmd/loyalty && $(GO) test -count=1 ./...
 
 .PHONY: test/race
 test/race: deps ## the tests under the race detector

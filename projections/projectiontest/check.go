@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -130,6 +131,10 @@ func run(ctx context.Context, t *testing.T, cfg Config, rc projections.RunnerCon
 func compareGolden(t *testing.T, path, got string) {
 	t.Helper()
 	if os.Getenv(RewriteEnv) != "" {
+		// A module's first golden file: its folder may not exist yet.
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}

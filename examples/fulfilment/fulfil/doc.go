@@ -1,4 +1,4 @@
-// Package fulfilment is the order-fulfilment process as a pure state
+// Package fulfil is the order-fulfilment process as a pure state
 // machine (ARCHITECTURE decision 10): given an instance's state and one
 // input (an order event, the outcome of a step it issued, a fired
 // deadline) it decides the new state, the commands and payment intents to

@@ -1,4 +1,4 @@
-// Package fulfilment is the fulfilment module's write side: the process
+// Package fulfilcmd is the fulfilment module's write side: the process
 // manager that coordinates the order and inventory modules and the payment
 // provider. It adapts examples/fulfilment/fulfil's pure state machine to the
 // engine's process runtime (a process.Definition named "fulfilment"),

@@ -1,4 +1,4 @@
-// Package fulfilment is the fulfilment module's read side: the projection
+// Package fulfilview is the fulfilment module's read side: the projection
 // order_fulfilment (one row per order: the stage of its fulfilment, its
 // lines, how many of its reservations were made, released and committed,
 // the payment reference and the cancellation reason) and the module's

@@ -1,4 +1,4 @@
-// Package inventory is the inventory module's aggregate: stock of one SKU
+// Package stock is the inventory module's aggregate: stock of one SKU
 // per tenant, received into stock, reserved for a while and then either
 // released or committed (the reserved units leave). It guards the rules
 // (no negative availability, a reservation ID used once per SKU, release

@@ -1,4 +1,4 @@
-// Package orders is the orders module's read side: the four projections
+// Package orderview is the orders module's read side: the four projections
 // of order events (order details, the order list, customer summaries and
 // daily revenue), their tables' migration line, and golden data. It imports
 // the engine (projections) and examples/orders/order; the engine never imports it.
