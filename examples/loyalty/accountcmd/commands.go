@@ -41,9 +41,9 @@ type Earn struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-func (Earn) Name() string         { return "loyalty.earn" }
-func (c Earn) Target() string     { return c.Customer }
-func (Earn) StartsStream() bool   { return true }
+func (Earn) Name() string       { return "loyalty.earn" }
+func (c Earn) Target() string   { return c.Customer }
+func (Earn) StartsStream() bool { return true }
 func (c Earn) Decide(a *account.Account, now time.Time) ([]event.Payload, error) {
 	return a.Earn(c.Customer, c.Points, c.Reason, now)
 }
