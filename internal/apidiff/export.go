@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // oldAPI returns the export data file of the module at commit, and the
@@ -37,6 +39,8 @@ func oldAPI(ctx context.Context, c config, commit string, log io.Writer) (file s
 	mainsFile := filepath.Join(c.cacheDir, key+".main")
 	if list, err := os.ReadFile(mainsFile); err == nil {
 		if _, err := os.Stat(file); err == nil {
+			now := time.Now()
+			os.Chtimes(file, now, now) // used: the last to be pruned
 			return file, lines(string(list)), nil
 		}
 	}
@@ -65,26 +69,49 @@ func oldAPI(ctx context.Context, c config, commit string, log io.Writer) (file s
 	if err := os.Rename(tmp, file); err != nil {
 		return "", nil, err
 	}
+	prune(c.cacheDir, keep)
 	return file, list, nil
 }
 
-// tree writes commit's files into a directory of the cache named for the
-// repository and the side (base, head), emptied first, and locks it until
-// unlock. The directory stays the same from run to run on purpose: the go
-// command's build cache keys a package's compilation by its directory, so
-// packages that did not change since the last base compile only once.
-func tree(ctx context.Context, c config, commit, side string) (dir string, unlock func(), err error) {
-	abs, err := filepath.Abs(c.dir)
-	if err != nil {
-		return "", nil, err
+// keep is how many bases' export data the cache holds (about 2 MB each
+// for strata): the bases of the last merges to main and of the branches in
+// flight.
+const keep = 20
+
+// prune deletes all but the newest n export data files of dir, with their
+// lists of commands.
+func prune(dir string, n int) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.zip"))
+	if len(files) <= n {
+		return
 	}
-	dir = filepath.Join(c.cacheDir, "tree-"+hash(abs)[:12]+"-"+side)
+	mtime := map[string]int64{}
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			mtime[f] = fi.ModTime().UnixNano()
+		}
+	}
+	slices.SortFunc(files, func(a, b string) int { return cmp.Compare(mtime[b], mtime[a]) })
+	for _, f := range files[n:] {
+		os.Remove(f)
+		os.Remove(strings.TrimSuffix(f, ".zip") + ".main")
+	}
+}
+
+// tree writes commit's files into the cache's directory for side (base,
+// head), emptied first, and locks it until unlock. The directory is the
+// same from run to run and from checkout to checkout on purpose: the go
+// command's build cache keys a package's compilation by its directory, so
+// the packages that did not change since the last base compile only once,
+// whichever clone asks (CI clones main afresh into a new folder each time).
+func tree(ctx context.Context, c config, commit, side string) (dir string, unlock func(), err error) {
+	dir = filepath.Join(c.cacheDir, "tree-"+side)
 	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return "", nil, err
 	}
-	// Another run on the same checkout (two make test at once) waits here
-	// rather than writing into the tree this one is compiling.
+	// Another run (two make test at once) waits here rather than writing
+	// into the tree this one is compiling.
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		lock.Close()
 		return "", nil, fmt.Errorf("lock %s: %w", dir, err)
