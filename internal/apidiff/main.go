@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 )
 
 func main() {
@@ -44,6 +46,77 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// compare runs one comparison and prints it.
+func compare(ctx context.Context, c config, w io.Writer) error {
+	if c.cacheDir == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			dir = os.TempDir()
+		}
+		c.cacheDir = filepath.Join(dir, "strata-apidiff")
+	}
+	if err := os.MkdirAll(c.cacheDir, 0o755); err != nil {
+		return err
+	}
+	// apidiff runs in other directories (the base's tree): an absolute path.
+	bin, err := filepath.Abs(c.apidiff)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("the apidiff binary: %w", err)
+	}
+	c.apidiff = bin
+	b, err := chooseBase(ctx, c.dir, c.base, c.mainRef)
+	if err != nil {
+		return err
+	}
+	oldFile, oldMains, err := oldAPI(ctx, c, b.commit, w)
+	if err != nil {
+		return err
+	}
+	newDir, newName := c.dir, "the working tree"
+	if c.head != "" {
+		head, err := commitOf(ctx, c.dir, c.head)
+		if err != nil {
+			return fmt.Errorf("head %s: not a commit here: %w", c.head, err)
+		}
+		dir, unlock, err := tree(ctx, c, head, "head")
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		newDir, newName = dir, c.head+" ("+short(head)+")"
+	}
+	text, newMains, err := newAPI(ctx, c, newDir, oldFile)
+	if err != nil {
+		return err
+	}
+	module, err := modulePath(newDir)
+	if err != nil {
+		return err
+	}
+	changes := parse(text, module)
+	changes = slices.DeleteFunc(changes, func(ch change) bool { return oldMains[ch.pkg] || newMains[ch.pkg] })
+
+	fmt.Fprintf(w, "apidiff: the exported API of %s, %s against %s (%s)\n", module, newName, short(b.commit), b.why)
+	incompatible := render(w, changes, module)
+	if incompatible == 0 {
+		return nil
+	}
+	changed, err := changelogChanged(ctx, c.dir, b.commit, c.head)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "apidiff: could not tell whether CHANGELOG.md changed: %v\n", err)
+	case !changed:
+		fmt.Fprintf(w, "apidiff: REMINDER: %d incompatible change(s) and CHANGELOG.md is the same as in %s: "+
+			"a breaking change is a decision, recorded under \"Unreleased\" in CHANGELOG.md.\n", incompatible, short(b.commit))
+	default:
+		fmt.Fprintf(w, "apidiff: CHANGELOG.md changed since %s: check that it names the incompatible change(s) above.\n", short(b.commit))
+	}
+	return nil
 }
 
 // config is one comparison.
