@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -149,7 +150,11 @@ func TestMakeTarget(t *testing.T) {
 
 	bin := filepath.Join(t.TempDir(), "tools", "apidiff")
 	cmd := exec.Command("make", "--no-print-directory", "-C", "../..", "apidiff", "APIDIFF_BIN="+bin)
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOMODCACHE="+t.TempDir(), "GOTOOLCHAIN=local", "GOFLAGS=-modcacherw")
+	// Outside make test's own make: no jobserver or flags of the outer one.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "MAKEFLAGS=") || strings.HasPrefix(kv, "MFLAGS=") || strings.HasPrefix(kv, "MAKELEVEL=")
+	})
+	cmd.Env = append(env, "GOPROXY=off", "GOMODCACHE="+t.TempDir(), "GOTOOLCHAIN=local", "GOFLAGS=-modcacherw")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("make apidiff offline: %v\n%s", err, out)
