@@ -63,6 +63,7 @@ deps/chromium:
 test: deps ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory apidiff
 	@$(MAKE) --no-print-directory test/own-module
 	@$(GO) test -count=1 -run '^TestConformance$$' -v ./eventstore/esdb 2>&1 | grep -E '^(EventStoreDB|--- FAIL)' || true
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
@@ -90,6 +91,29 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s) one after the other; a
 		[ $$rc -eq 0 ] || echo "  stopped by the Go 1.26 fuzz coordinator's deadline race (golang/go#75804), not by a crash"; \
 		rm -f $$log; \
 	done
+
+# apidiff (issue 34 §6): every change to the exported API of the module's
+# public packages against the previous commit of main (on a branch: its
+# merge base with main; APIDIFF_BASE=rev to choose, APIDIFF_HEAD=rev for a
+# commit instead of the working tree), per package, incompatible first, and
+# a reminder when there is a break and CHANGELOG.md did not change. It
+# informs and never fails: a single-commit or shallow clone, or no network
+# with nothing cached, is said and skipped. golang.org/x/exp's apidiff is
+# installed from the Go module proxy at the pinned version below
+# (internal/apidiff reads the base's API out of git and drives it).
+APIDIFF_VERSION := v0.0.0-20261120182113-8801fbdfac81
+APIDIFF_BIN ?= bin/tools/apidiff-$(APIDIFF_VERSION)/apidiff
+APIDIFF_BASE ?=
+APIDIFF_HEAD ?=
+
+.PHONY: apidiff
+apidiff: ## list the changes to the exported API against the previous commit of main (APIDIFF_BASE=rev); never fails on them
+	@if [ ! -x "$(APIDIFF_BIN)" ]; then \
+		out=$$(GOBIN="$(abspath $(dir $(APIDIFF_BIN)))" $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION) 2>&1) || \
+		{ echo "apidiff: not compared: cannot install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION) (offline, and not in the module cache?):"; \
+		  echo "$$out" | tail -n 3; exit 0; }; \
+	fi; \
+	$(GO) run ./internal/apidiff -apidiff "$(APIDIFF_BIN)" -base "$(APIDIFF_BASE)" -head "$(APIDIFF_HEAD)"
 
 # examples/loyalty is a module in a Go module of its own, written against
 # strata's public API only, as a team writes its own (docs/extending.md):

@@ -1,5 +1,6 @@
-// Package domain holds strata's business rules and the vocabulary every other
-// package shares: tenants, error kinds and (in subpackages) the order
-// aggregate and the event envelope. It imports the standard library only;
-// nothing of infrastructure may leak in here.
+// Package domain holds the vocabulary every other package shares: tenants,
+// entity IDs and error kinds here, the event envelope in domain/event and
+// money (an amount and its currency) in domain/money. A module's own domain
+// may import all of them. It imports the standard library only; nothing of
+// infrastructure may leak in here.
 package domain

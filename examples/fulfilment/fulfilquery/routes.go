@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilview"
 	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/readmodels"
@@ -28,26 +29,21 @@ type lineJSON struct {
 	Quantity  int64  `json:"quantity"`
 }
 
-type moneyJSON struct {
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-}
-
 // fulfilmentJSON is the route's body (the OpenAPI schema beside the route
 // in cli/openapi/openapi.json).
 type fulfilmentJSON struct {
-	OrderID          string     `json:"order_id"`
-	Stage            string     `json:"stage"`
-	OrderStatus      string     `json:"order_status"`
-	Lines            []lineJSON `json:"lines"`
-	Reserved         int        `json:"reserved"`
-	Released         int        `json:"released"`
-	Committed        int        `json:"committed"`
-	Total            *moneyJSON `json:"total"`
-	PaymentReference *string    `json:"payment_reference"`
-	CancelReason     *string    `json:"cancel_reason"`
-	Version          int64      `json:"version"`
-	UpdatedAt        time.Time  `json:"updated_at"`
+	OrderID          string       `json:"order_id"`
+	Stage            string       `json:"stage"`
+	OrderStatus      string       `json:"order_status"`
+	Lines            []lineJSON   `json:"lines"`
+	Reserved         int          `json:"reserved"`
+	Released         int          `json:"released"`
+	Committed        int          `json:"committed"`
+	Total            *money.Money `json:"total"`
+	PaymentReference *string      `json:"payment_reference"`
+	CancelReason     *string      `json:"cancel_reason"`
+	Version          int64        `json:"version"`
+	UpdatedAt        time.Time    `json:"updated_at"`
 }
 
 func out(f Fulfilment) fulfilmentJSON {
@@ -58,7 +54,7 @@ func out(f Fulfilment) fulfilmentJSON {
 		o.Lines = append(o.Lines, lineJSON{ProductID: l.ProductID, Quantity: l.Quantity})
 	}
 	if f.TotalAmount != nil {
-		o.Total = &moneyJSON{Amount: *f.TotalAmount, Currency: f.Currency}
+		o.Total = &money.Money{Amount: *f.TotalAmount, Currency: f.Currency}
 	}
 	return o
 }

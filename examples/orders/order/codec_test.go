@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 )
 
 // allEvents holds one populated example of every order event.
@@ -135,7 +136,7 @@ func TestDecodeLineAddedV1Upcasts(t *testing.T) {
 	// Edge values survive the upcast exactly.
 	v1 = `{"order_id":"o","product_id":"p","quantity":1,"unit_price_minor":9223372036854775807,"currency":"JPY","at":"2026-03-01T09:01:00.123456789Z"}`
 	got, err = Registry.Decode(TypeLineAdded, 1, []byte(v1))
-	want := LineAdded{OrderID: "o", ProductID: "p", Quantity: 1, UnitPrice: Money{Amount: math.MaxInt64, Currency: "JPY"},
+	want := LineAdded{OrderID: "o", ProductID: "p", Quantity: 1, UnitPrice: money.Money{Amount: math.MaxInt64, Currency: "JPY"},
 		At: time.Date(2026, 3, 1, 9, 1, 0, 123456789, time.UTC)}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("Decode v1 at MaxInt64 = %#v, %v; want %#v", got, err, want)

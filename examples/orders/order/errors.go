@@ -5,10 +5,14 @@ import (
 	"fmt"
 
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/money"
 )
 
 // Rejections: a business rule said no. Each wraps domain.ErrRejected, and its
 // message names the rule in plain words because it reaches API clients.
+// ErrAmountOverflow (a line or order total beyond an int64 of minor units)
+// is package money's own value, as ErrInvalidCurrency below is: errors.Is
+// matches either name, and the messages are money's.
 var (
 	ErrAlreadyExists      = fmt.Errorf("%w: order already exists", domain.ErrRejected)
 	ErrNotEditable        = fmt.Errorf("%w: order is not editable after it was placed or cancelled", domain.ErrRejected)
@@ -16,7 +20,7 @@ var (
 	ErrTooManyLines       = fmt.Errorf("%w: an order may hold at most %d lines (distinct products)", domain.ErrRejected, MaxLines)
 	ErrCurrencyMismatch   = fmt.Errorf("%w: amounts must all be in the order currency", domain.ErrRejected)
 	ErrPriceMismatch      = fmt.Errorf("%w: unit price differs from the price already on the order", domain.ErrRejected)
-	ErrAmountOverflow     = fmt.Errorf("%w: amount is too large", domain.ErrRejected)
+	ErrAmountOverflow     = money.ErrAmountOverflow
 	ErrLineNotFound       = fmt.Errorf("%w: product is not on the order", domain.ErrRejected)
 	ErrEmptyOrder         = fmt.Errorf("%w: an empty order cannot be placed", domain.ErrRejected)
 	ErrNotDraft           = fmt.Errorf("%w: only a draft order can be placed", domain.ErrRejected)
@@ -32,7 +36,7 @@ var ErrOrderNotFound = fmt.Errorf("%w: order does not exist", domain.ErrNotFound
 // Malformed input. Each wraps domain.ErrInvalid. Malformed IDs are reported
 // by domain.ValidateEntityID, which also wraps domain.ErrInvalid.
 var (
-	ErrInvalidCurrency         = fmt.Errorf("%w: currency must be three upper-case letters", domain.ErrInvalid)
+	ErrInvalidCurrency         = money.ErrInvalidCurrency
 	ErrNegativePrice           = fmt.Errorf("%w: unit price must not be negative", domain.ErrInvalid)
 	ErrInvalidPaymentReference = fmt.Errorf("%w: payment reference must be 1 to %d characters of text", domain.ErrInvalid, MaxPaymentReferenceLen)
 	ErrInvalidReason           = fmt.Errorf("%w: cancellation reason must be at most %d characters of text", domain.ErrInvalid, MaxReasonLen)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 )
 
 // Stable event type names. They are part of the stored format: never derive
@@ -51,11 +52,11 @@ type Created struct {
 // total. Schema version 2 (version 1 stored the price as unit_price_minor
 // plus currency; see upcastLineAddedV1).
 type LineAdded struct {
-	OrderID   string    `json:"order_id"`
-	ProductID string    `json:"product_id"`
-	Quantity  int64     `json:"quantity"`
-	UnitPrice Money     `json:"unit_price"`
-	At        time.Time `json:"at"`
+	OrderID   string      `json:"order_id"`
+	ProductID string      `json:"product_id"`
+	Quantity  int64       `json:"quantity"`
+	UnitPrice money.Money `json:"unit_price"`
+	At        time.Time   `json:"at"`
 }
 
 // LineRemoved: a product was taken off an order, whatever its quantity.
@@ -69,17 +70,17 @@ type LineRemoved struct {
 // Placed: a draft order was submitted; Total is the order total at that
 // moment. Schema version 1.
 type Placed struct {
-	OrderID string    `json:"order_id"`
-	Total   Money     `json:"total"`
-	At      time.Time `json:"at"`
+	OrderID string      `json:"order_id"`
+	Total   money.Money `json:"total"`
+	At      time.Time   `json:"at"`
 }
 
 // Paid: a placed order was paid in full. Schema version 1.
 type Paid struct {
-	OrderID          string    `json:"order_id"`
-	PaymentReference string    `json:"payment_reference"`
-	Amount           Money     `json:"amount"`
-	At               time.Time `json:"at"`
+	OrderID          string      `json:"order_id"`
+	PaymentReference string      `json:"payment_reference"`
+	Amount           money.Money `json:"amount"`
+	At               time.Time   `json:"at"`
 }
 
 // Cancelled: a draft or placed order was cancelled. Schema version 1.
@@ -120,7 +121,7 @@ var Registry = NewRegistry()
 //
 //	{"order_id","product_id","quantity","unit_price_minor":123,"currency":"EUR","at"}
 //
-// into v2, where the price is a Money: "unit_price":{"amount":123,"currency":"EUR"}.
+// into v2, where the price is a money.Money: "unit_price":{"amount":123,"currency":"EUR"}.
 // Other fields pass through untouched.
 func upcastLineAddedV1(data json.RawMessage) (json.RawMessage, error) {
 	var fields map[string]json.RawMessage
@@ -138,7 +139,7 @@ func upcastLineAddedV1(data json.RawMessage) (json.RawMessage, error) {
 	if !ok {
 		return nil, errors.New("line_added v1: currency missing")
 	}
-	var price Money
+	var price money.Money
 	if err := json.Unmarshal(rawAmount, &price.Amount); err != nil {
 		return nil, fmt.Errorf("line_added v1: unit_price_minor: %w", err)
 	}

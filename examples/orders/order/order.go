@@ -1,6 +1,7 @@
 package order
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 )
 
 // Limits enforced by the aggregate.
@@ -43,11 +45,11 @@ func (s Status) String() string { return string(s) }
 type Line struct {
 	ProductID string
 	Quantity  int64
-	UnitPrice Money
+	UnitPrice money.Money
 }
 
 // Total returns UnitPrice times Quantity.
-func (l Line) Total() (Money, error) { return l.UnitPrice.Mul(l.Quantity) }
+func (l Line) Total() (money.Money, error) { return l.UnitPrice.Mul(l.Quantity) }
 
 // Order is the order aggregate: the state needed to decide commands, rebuilt
 // from the order's events. Mutate it only through Apply.
@@ -88,15 +90,21 @@ func Load(history []event.Payload) (*Order, error) {
 func (o *Order) Exists() bool { return o.Version > 0 }
 
 // Total returns the sum of the line totals in the order currency.
-func (o *Order) Total() (Money, error) {
-	total := Money{Currency: o.Currency}
+func (o *Order) Total() (money.Money, error) {
+	total := money.Money{Currency: o.Currency}
 	for _, l := range o.Lines {
 		lt, err := l.Total()
 		if err != nil {
-			return Money{}, err
+			return money.Money{}, err
 		}
 		if total, err = total.Add(lt); err != nil {
-			return Money{}, err
+			// A line in another currency can only come from a history
+			// the order's own rules did not write (AddLine refuses it):
+			// it is still the order's rule that is broken, in its words.
+			if errors.Is(err, money.ErrCurrencyMismatch) {
+				err = ErrCurrencyMismatch
+			}
+			return money.Money{}, err
 		}
 	}
 	return total, nil
@@ -182,7 +190,7 @@ func (o *Order) Create(id, customerID, currency string, at time.Time) ([]event.P
 	if err := domain.ValidateEntityID("customer id", customerID); err != nil {
 		return nil, err
 	}
-	if !ValidCurrency(currency) {
+	if !money.ValidCurrency(currency) {
 		return nil, ErrInvalidCurrency
 	}
 	if at.IsZero() {
@@ -194,7 +202,7 @@ func (o *Order) Create(id, customerID, currency string, at time.Time) ([]event.P
 // AddLine adds quantity units of a product at unitPrice to a draft order. A
 // product already on the order keeps one line whose quantity grows; its unit
 // price must not change.
-func (o *Order) AddLine(productID string, quantity int64, unitPrice Money, at time.Time) ([]event.Payload, error) {
+func (o *Order) AddLine(productID string, quantity int64, unitPrice money.Money, at time.Time) ([]event.Payload, error) {
 	if err := o.checkEditable(); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 )
 
 // Fixed times, so that expected events compare with reflect.DeepEqual.
@@ -27,7 +28,7 @@ const (
 	cid = "cust-1"
 )
 
-func eur(amount int64) Money { return Money{Amount: amount, Currency: "EUR"} }
+func eur(amount int64) money.Money { return money.Money{Amount: amount, Currency: "EUR"} }
 
 // Event builders for givens and thens.
 func created() Created { return Created{OrderID: oid, CustomerID: cid, Currency: "EUR", At: t0} }
@@ -187,7 +188,7 @@ func TestCreate(t *testing.T) {
 
 func TestAddLine(t *testing.T) {
 	t.Parallel()
-	add := func(product string, qty int64, price Money) func(*Order) ([]event.Payload, error) {
+	add := func(product string, qty int64, price money.Money) func(*Order) ([]event.Payload, error) {
 		return func(o *Order) ([]event.Payload, error) { return o.AddLine(product, qty, price, t1) }
 	}
 	const half = math.MaxInt64 / 2 // 2*half fits, 3*half does not
@@ -242,15 +243,15 @@ func TestAddLine(t *testing.T) {
 		},
 		{
 			name: "rejects a price in another currency", given: draft,
-			when: add("p-1", 1, Money{Amount: 150, Currency: "USD"}), wantErr: ErrCurrencyMismatch, wantKind: domain.ErrRejected,
+			when: add("p-1", 1, money.Money{Amount: 150, Currency: "USD"}), wantErr: ErrCurrencyMismatch, wantKind: domain.ErrRejected,
 		},
 		{
 			name: "rejects a price without currency", given: draft,
-			when: add("p-1", 1, Money{Amount: 150}), wantErr: ErrCurrencyMismatch, wantKind: domain.ErrRejected,
+			when: add("p-1", 1, money.Money{Amount: 150}), wantErr: ErrCurrencyMismatch, wantKind: domain.ErrRejected,
 		},
 		{
 			name: "rejects re-adding in another currency", given: draftLine,
-			when: add("p-1", 1, Money{Amount: 150, Currency: "USD"}), wantErr: ErrCurrencyMismatch, wantKind: domain.ErrRejected,
+			when: add("p-1", 1, money.Money{Amount: 150, Currency: "USD"}), wantErr: ErrCurrencyMismatch, wantKind: domain.ErrRejected,
 		},
 		{name: "rejects a negative price", given: draft, when: add("p-1", 1, eur(-1)), wantErr: ErrNegativePrice, wantKind: domain.ErrInvalid},
 		{name: "rejects price MinInt64", given: draft, when: add("p-1", 1, eur(math.MinInt64)), wantErr: ErrNegativePrice, wantKind: domain.ErrInvalid},
@@ -665,6 +666,34 @@ func TestTotals(t *testing.T) {
 	}
 }
 
+// A line in another currency (a history AddLine would have refused) breaks
+// the order's rule, and Total and Place say so in the order's words, not
+// with money's general mismatch.
+func TestTotalInAnotherCurrency(t *testing.T) {
+	t.Parallel()
+	usd := added("p-2", 1, 5)
+	usd.UnitPrice.Currency = "USD"
+	o := mustLoad(t, events(created(), added("p-1", 1, 3), usd))
+	if _, err := o.Total(); !errors.Is(err, ErrCurrencyMismatch) {
+		t.Errorf("Total() with a USD line on a EUR order: error = %v, want ErrCurrencyMismatch", err)
+	}
+	if _, err := o.Place(t3); !errors.Is(err, ErrCurrencyMismatch) {
+		t.Errorf("Place with a USD line on a EUR order: error = %v, want ErrCurrencyMismatch", err)
+	}
+}
+
+// The order's money errors are money's own values: a caller matching
+// either name sees the same error, with the message clients got before.
+func TestMoneyErrorsAreShared(t *testing.T) {
+	t.Parallel()
+	if ErrAmountOverflow != money.ErrAmountOverflow || ErrInvalidCurrency != money.ErrInvalidCurrency {
+		t.Errorf("order's ErrAmountOverflow/ErrInvalidCurrency are not package money's")
+	}
+	if _, err := eur(math.MaxInt64).Mul(2); !errors.Is(err, ErrAmountOverflow) {
+		t.Errorf("money's overflow %v does not match order.ErrAmountOverflow", err)
+	}
+}
+
 func TestStatusStringsAreStable(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[Status]string{StatusNone: "", StatusDraft: "draft", StatusPlaced: "placed", StatusPaid: "paid", StatusCancelled: "cancelled"} {
@@ -728,8 +757,8 @@ func TestTextRejectsControlCharacters(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	placed := []event.Payload{
 		Created{OrderID: "o", CustomerID: "c", Currency: "EUR", At: at},
-		LineAdded{OrderID: "o", ProductID: "p", Quantity: 1, UnitPrice: Money{Amount: 1, Currency: "EUR"}, At: at},
-		Placed{OrderID: "o", Total: Money{Amount: 1, Currency: "EUR"}, At: at},
+		LineAdded{OrderID: "o", ProductID: "p", Quantity: 1, UnitPrice: money.Money{Amount: 1, Currency: "EUR"}, At: at},
+		Placed{OrderID: "o", Total: money.Money{Amount: 1, Currency: "EUR"}, At: at},
 	}
 	o, err := Load(placed)
 	if err != nil {

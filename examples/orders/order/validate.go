@@ -7,6 +7,7 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 )
 
 // The order events' own rules, for payloads that come from outside the
@@ -33,7 +34,7 @@ func (e Created) Validate(stream string) error {
 	if err := domain.ValidateEntityID("customer id", e.CustomerID); err != nil {
 		return err
 	}
-	if !ValidCurrency(e.Currency) {
+	if !money.ValidCurrency(e.Currency) {
 		return ErrInvalidCurrency
 	}
 	return at(e.At)
@@ -55,7 +56,7 @@ func (e LineAdded) Validate(stream string) error {
 	if e.UnitPrice.Amount < 0 {
 		return ErrNegativePrice
 	}
-	if !ValidCurrency(e.UnitPrice.Currency) {
+	if !money.ValidCurrency(e.UnitPrice.Currency) {
 		return ErrInvalidCurrency
 	}
 	return at(e.At)
@@ -119,8 +120,8 @@ func inStream(orderID, stream string) error {
 	return nil
 }
 
-func amount(what string, m Money) error {
-	if !ValidCurrency(m.Currency) {
+func amount(what string, m money.Money) error {
+	if !money.ValidCurrency(m.Currency) {
 		return ErrInvalidCurrency
 	}
 	if m.Amount < 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 )
 
@@ -20,7 +21,7 @@ func TestOrderEventsValidate(t *testing.T) {
 		}
 	}
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	eur := func(n int64) order.Money { return order.Money{Amount: n, Currency: "EUR"} }
+	eur := func(n int64) money.Money { return money.Money{Amount: n, Currency: "EUR"} }
 	tests := []struct {
 		name   string
 		p      event.Validator
@@ -40,7 +41,7 @@ func TestOrderEventsValidate(t *testing.T) {
 		{"line product", order.LineAdded{OrderID: "o-1", ProductID: "", Quantity: 1, UnitPrice: eur(5), At: at}, "order-o-1", "product id"},
 		{"removed", order.LineRemoved{OrderID: "o-1", ProductID: "p/1", At: at}, "order-o-1", "product id"},
 		{"placed", order.Placed{OrderID: "o-1", Total: eur(10), At: at}, "order-o-1", ""},
-		{"placed total", order.Placed{OrderID: "o-1", Total: order.Money{Amount: 10}, At: at}, "order-o-1", "currency"},
+		{"placed total", order.Placed{OrderID: "o-1", Total: money.Money{Amount: 10}, At: at}, "order-o-1", "currency"},
 		{"paid", order.Paid{OrderID: "o-1", PaymentReference: "psp-1", Amount: eur(10), At: at}, "order-o-1", ""},
 		{"paid reference", order.Paid{OrderID: "o-1", PaymentReference: "psp\x1b[2J", Amount: eur(10), At: at}, "order-o-1", "payment reference"},
 		{"cancelled", order.Cancelled{OrderID: "o-1", Reason: "changed mind", At: at}, "order-o-1", ""},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 )
 
@@ -51,7 +52,7 @@ type AddLine struct {
 	OrderID   string      `json:"order_id"`
 	ProductID string      `json:"product_id"`
 	Quantity  int64       `json:"quantity"`
-	UnitPrice order.Money `json:"unit_price"`
+	UnitPrice money.Money `json:"unit_price"`
 }
 
 func (AddLine) Name() string     { return "order.add_line" }

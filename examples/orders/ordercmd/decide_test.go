@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/strata-es/strata/commands/commandtest"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
 )
@@ -19,8 +20,8 @@ func scenario(t *testing.T) *commandtest.Scenario[*order.Order] {
 
 var (
 	created = order.Created{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR", At: at}
-	line    = order.LineAdded{OrderID: "o-1", ProductID: "p-1", Quantity: 2, UnitPrice: order.Money{Amount: 150, Currency: "EUR"}, At: at}
-	placed  = order.Placed{OrderID: "o-1", Total: order.Money{Amount: 300, Currency: "EUR"}, At: at}
+	line    = order.LineAdded{OrderID: "o-1", ProductID: "p-1", Quantity: 2, UnitPrice: money.Money{Amount: 150, Currency: "EUR"}, At: at}
+	placed  = order.Placed{OrderID: "o-1", Total: money.Money{Amount: 300, Currency: "EUR"}, At: at}
 )
 
 func TestOrderCommandsDecide(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/httpapi"
 )
@@ -97,7 +98,7 @@ func addLine(w http.ResponseWriter, r *http.Request) (Command, error) {
 		return nil, commandapi.Required("unit_price", "")
 	}
 	return AddLine{OrderID: id, ProductID: req.ProductID, Quantity: req.Quantity,
-		UnitPrice: order.Money{Amount: req.UnitPrice.Amount, Currency: req.UnitPrice.Currency}}, nil
+		UnitPrice: money.Money{Amount: req.UnitPrice.Amount, Currency: req.UnitPrice.Currency}}, nil
 }
 
 func removeLine(w http.ResponseWriter, r *http.Request) (Command, error) {

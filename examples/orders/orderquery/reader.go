@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/readmodels"
 )
 
@@ -19,12 +20,6 @@ var (
 	ErrOrderNotFound    = fmt.Errorf("%w: order not found", domain.ErrNotFound)
 	ErrCustomerNotFound = fmt.Errorf("%w: customer not found", domain.ErrNotFound)
 )
-
-// Money is an amount in minor units of a currency.
-type Money struct {
-	Amount   int64
-	Currency string
-}
 
 // Sum is an amount in minor units of a currency added up over orders (a
 // customer's paid total, a day's revenue). One order's amount fits an
@@ -39,8 +34,8 @@ type Sum struct {
 type Line struct {
 	ProductID string
 	Quantity  int64
-	UnitPrice Money
-	LineTotal Money
+	UnitPrice money.Money
+	LineTotal money.Money
 }
 
 // Order is an order's details.
@@ -50,7 +45,7 @@ type Order struct {
 	Status     string
 	Currency   string
 	Lines      []Line // in the order products were first added
-	Total      Money
+	Total      money.Money
 	Version    int64 // stream version of the last event applied
 	CreatedAt  time.Time
 	PlacedAt   *time.Time
@@ -65,7 +60,7 @@ type OrderListItem struct {
 	CustomerID string
 	Status     string
 	Currency   string
-	Total      *Money // set once the order is placed
+	Total      *money.Money // set once the order is placed
 	CreatedAt  time.Time
 	UpdatedAt  time.Time // time of the last status change
 }
@@ -129,7 +124,7 @@ ORDER BY l.seq`, readmodels.TenantOf(ctx), orderID).Query(func(rows pgx.Rows) er
 				found = true
 				if product != nil {
 					o.Lines = append(o.Lines, Line{ProductID: *product, Quantity: *qty,
-						UnitPrice: Money{*unit, *lineCurrency}, LineTotal: Money{*lineTotal, *lineCurrency}})
+						UnitPrice: money.Money{Amount: *unit, Currency: *lineCurrency}, LineTotal: money.Money{Amount: *lineTotal, Currency: *lineCurrency}})
 				}
 			}
 			return rows.Err()
@@ -188,7 +183,7 @@ ORDER BY created_at DESC, order_id DESC LIMIT ` + arg(f.Limit+1)
 					return err
 				}
 				if total != nil {
-					it.Total = &Money{*total, it.Currency}
+					it.Total = &money.Money{Amount: *total, Currency: it.Currency}
 				}
 				it.CreatedAt, it.UpdatedAt = it.CreatedAt.UTC(), it.UpdatedAt.UTC()
 				items = append(items, it)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/httpapi"
@@ -43,15 +44,8 @@ func Routes(r *Reader) []queryapi.Route {
 	}
 }
 
-type moneyJSON struct {
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-}
-
-func money(m Money) moneyJSON { return moneyJSON{m.Amount, m.Currency} }
-
 // sumJSON renders a sum over orders. *big.Int marshals as a JSON integer
-// with every digit, so the shape is the same as moneyJSON's and a sum that
+// with every digit, so the shape is the same as money.Money's and a sum that
 // fits an int64 reads exactly as before; a larger one (possible: each order
 // may reach the int64 maximum) stays exact in the JSON text instead of
 // wrapping or turning into a string. Clients that read numbers into int64
@@ -62,24 +56,24 @@ type sumJSON struct {
 }
 
 type lineJSON struct {
-	ProductID string    `json:"product_id"`
-	Quantity  int64     `json:"quantity"`
-	UnitPrice moneyJSON `json:"unit_price"`
-	LineTotal moneyJSON `json:"line_total"`
+	ProductID string      `json:"product_id"`
+	Quantity  int64       `json:"quantity"`
+	UnitPrice money.Money `json:"unit_price"`
+	LineTotal money.Money `json:"line_total"`
 }
 
 type orderJSON struct {
-	OrderID     string     `json:"order_id"`
-	CustomerID  string     `json:"customer_id"`
-	Status      string     `json:"status"`
-	Currency    string     `json:"currency"`
-	Lines       []lineJSON `json:"lines"`
-	Total       moneyJSON  `json:"total"`
-	Version     int64      `json:"version"`
-	CreatedAt   time.Time  `json:"created_at"`
-	PlacedAt    *time.Time `json:"placed_at"`
-	PaidAt      *time.Time `json:"paid_at"`
-	CancelledAt *time.Time `json:"cancelled_at"`
+	OrderID     string      `json:"order_id"`
+	CustomerID  string      `json:"customer_id"`
+	Status      string      `json:"status"`
+	Currency    string      `json:"currency"`
+	Lines       []lineJSON  `json:"lines"`
+	Total       money.Money `json:"total"`
+	Version     int64       `json:"version"`
+	CreatedAt   time.Time   `json:"created_at"`
+	PlacedAt    *time.Time  `json:"placed_at"`
+	PaidAt      *time.Time  `json:"paid_at"`
+	CancelledAt *time.Time  `json:"cancelled_at"`
 }
 
 func (m *Reader) order(r *http.Request, _ url.Values) (queryapi.Read, error) {
@@ -93,23 +87,23 @@ func (m *Reader) order(r *http.Request, _ url.Values) (queryapi.Read, error) {
 			return nil, err
 		}
 		out := orderJSON{OrderID: o.OrderID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
-			Lines: make([]lineJSON, 0, len(o.Lines)), Total: money(o.Total), Version: o.Version,
+			Lines: make([]lineJSON, 0, len(o.Lines)), Total: o.Total, Version: o.Version,
 			CreatedAt: o.CreatedAt, PlacedAt: o.PlacedAt, PaidAt: o.PaidAt, CancelledAt: o.CancelledAt}
 		for _, l := range o.Lines {
-			out.Lines = append(out.Lines, lineJSON{ProductID: l.ProductID, Quantity: l.Quantity, UnitPrice: money(l.UnitPrice), LineTotal: money(l.LineTotal)})
+			out.Lines = append(out.Lines, lineJSON{ProductID: l.ProductID, Quantity: l.Quantity, UnitPrice: l.UnitPrice, LineTotal: l.LineTotal})
 		}
 		return out, nil
 	}, nil
 }
 
 type orderItemJSON struct {
-	OrderID    string     `json:"order_id"`
-	CustomerID string     `json:"customer_id"`
-	Status     string     `json:"status"`
-	Currency   string     `json:"currency"`
-	Total      *moneyJSON `json:"total"`
-	CreatedAt  time.Time  `json:"created_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
+	OrderID    string       `json:"order_id"`
+	CustomerID string       `json:"customer_id"`
+	Status     string       `json:"status"`
+	Currency   string       `json:"currency"`
+	Total      *money.Money `json:"total"`
+	CreatedAt  time.Time    `json:"created_at"`
+	UpdatedAt  time.Time    `json:"updated_at"`
 }
 
 type orderListJSON struct {
@@ -156,8 +150,7 @@ func (m *Reader) orders(_ *http.Request, q url.Values) (queryapi.Read, error) {
 			j := orderItemJSON{OrderID: it.OrderID, CustomerID: it.CustomerID, Status: it.Status, Currency: it.Currency,
 				CreatedAt: it.CreatedAt, UpdatedAt: it.UpdatedAt}
 			if it.Total != nil {
-				m := money(*it.Total)
-				j.Total = &m
+				j.Total = it.Total
 			}
 			out.Items = append(out.Items, j)
 		}

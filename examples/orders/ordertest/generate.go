@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/projections/projectiontest"
 )
@@ -81,12 +82,12 @@ func Generate(cfg Config) []Event {
 		do(o.Create(id, fmt.Sprintf("c-%d", rng.IntN(cfg.Customers)+1), currency, at))
 		for n := 1 + rng.IntN(4); n > 0; n-- {
 			p := rng.IntN(12) + 1
-			do(o.AddLine(fmt.Sprintf("p-%d", p), int64(1+rng.IntN(5)), order.Money{Amount: price(p), Currency: currency}, step()))
+			do(o.AddLine(fmt.Sprintf("p-%d", p), int64(1+rng.IntN(5)), money.Money{Amount: price(p), Currency: currency}, step()))
 		}
 		if rng.IntN(6) == 0 {
 			do(o.RemoveLine(o.Lines[rng.IntN(len(o.Lines))].ProductID, step()))
 			p := rng.IntN(12) + 1
-			do(o.AddLine(fmt.Sprintf("p-%d", p), int64(1+rng.IntN(5)), order.Money{Amount: price(p), Currency: currency}, step()))
+			do(o.AddLine(fmt.Sprintf("p-%d", p), int64(1+rng.IntN(5)), money.Money{Amount: price(p), Currency: currency}, step()))
 		}
 		switch r := rng.IntN(20); {
 		case r < 2: // stays a draft

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/projections"
 )
@@ -215,7 +216,7 @@ func (p *OrderDetails) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 				return projections.Unexpected(ev)
 			}
 		}
-		sum := order.Money{} // overflow-checked, like the SQL it mirrors
+		sum := money.Money{} // overflow-checked, like the SQL it mirrors
 		for _, product := range products {
 			l := lines[product]
 			if l.deleted && created == nil {
@@ -224,7 +225,7 @@ func (p *OrderDetails) ApplyBatch(b *pgx.Batch, evs []projections.Event) error {
 			if l.qty > 0 {
 				add.ids, add.products, add.currencies = append(add.ids, run.id), append(add.products, product), append(add.currencies, l.currency)
 				add.seqs, add.qtys, add.units = append(add.seqs, l.seq), append(add.qtys, l.qty), append(add.units, l.unit)
-				lt, err := order.Money{Amount: l.unit}.Mul(l.qty)
+				lt, err := money.Money{Amount: l.unit}.Mul(l.qty)
 				if err == nil {
 					sum, err = sum.Add(lt)
 				}

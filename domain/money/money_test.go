@@ -1,4 +1,4 @@
-package order
+package money
 
 import (
 	"encoding/json"
@@ -11,21 +11,23 @@ import (
 	"github.com/strata-es/strata/domain"
 )
 
-func TestNewMoney(t *testing.T) {
+func eur(amount int64) Money { return Money{Amount: amount, Currency: "EUR"} }
+
+func TestNew(t *testing.T) {
 	t.Parallel()
 	for _, c := range []string{"EUR", "USD", "JPY", "AAA", "ZZZ"} {
-		m, err := NewMoney(-5, c)
+		m, err := New(-5, c)
 		if err != nil || m != (Money{Amount: -5, Currency: c}) {
-			t.Errorf("NewMoney(-5, %q) = %v, %v", c, m, err)
+			t.Errorf("New(-5, %q) = %v, %v", c, m, err)
 		}
 	}
 	for _, c := range []string{"", "E", "EU", "EURO", "eur", "Eur", "E1R", "EU ", " EU", "€UR", "ÉUR", "EU\x00"} {
-		m, err := NewMoney(1, c)
+		m, err := New(1, c)
 		if !errors.Is(err, ErrInvalidCurrency) || !errors.Is(err, domain.ErrInvalid) {
-			t.Errorf("NewMoney(1, %q) error = %v, want ErrInvalidCurrency", c, err)
+			t.Errorf("New(1, %q) error = %v, want ErrInvalidCurrency", c, err)
 		}
 		if m != (Money{}) {
-			t.Errorf("NewMoney(1, %q) = %v along with an error", c, m)
+			t.Errorf("New(1, %q) = %v along with an error", c, m)
 		}
 	}
 }
@@ -207,5 +209,24 @@ func TestMoneyJSON(t *testing.T) {
 	var m Money
 	if err := json.Unmarshal([]byte(`{"amount":9223372036854775807,"currency":"JPY"}`), &m); err != nil || m != (Money{Amount: math.MaxInt64, Currency: "JPY"}) {
 		t.Fatalf("Unmarshal = %v, %v", m, err)
+	}
+}
+
+// The messages reach API clients (the orders module answers 422 "amount is
+// too large"): they are part of the contract, like the kinds they wrap.
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		kind error
+		msg  string
+	}{
+		{ErrInvalidCurrency, domain.ErrInvalid, "invalid: currency must be three upper-case letters"},
+		{ErrCurrencyMismatch, domain.ErrRejected, "rejected: amounts are in different currencies"},
+		{ErrAmountOverflow, domain.ErrRejected, "rejected: amount is too large"},
+	} {
+		if !errors.Is(tc.err, tc.kind) || tc.err.Error() != tc.msg {
+			t.Errorf("%v: want %q wrapping %v", tc.err, tc.msg, tc.kind)
+		}
 	}
 }
