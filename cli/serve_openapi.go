@@ -4,18 +4,17 @@ import (
 	"net/http"
 
 	"github.com/gorilla/mux"
-
-	"github.com/strata-es/strata/cli/openapi"
 )
 
-// mountOpenAPI serves the API's OpenAPI document at /openapi.json,
+// mountOpenAPI serves the API's OpenAPI document (the engine's merged with
+// every module's fragment, built once at start) at /openapi.json,
 // unauthenticated like /livez: it describes every route of every role,
 // whichever roles this process runs, and holds nothing secret.
-func mountOpenAPI(r *mux.Router) {
+func mountOpenAPI(r *mux.Router, doc []byte) {
 	r.HandleFunc("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Write(openapi.OpenAPI) //nolint:errcheck
+		w.Write(doc) //nolint:errcheck
 	}).Methods(http.MethodGet).Name("openapi")
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
 	"github.com/strata-es/strata/examples/orders/orderquery"
@@ -181,7 +182,7 @@ func (b *bundle) do(method, path, tok string, body any, header ...string) respon
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
-	res, err := openapitest.Client(b.t).Do(req) // every response checked against cli/openapi/openapi.json
+	res, err := openapitest.ClientFor(b.t, orders.Module()).Do(req) // every request and response checked against the document
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
 	"github.com/strata-es/strata/httpapi"
@@ -88,7 +89,7 @@ func (b *bundle) do(t *testing.T, method, path, tok string, body string, headers
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	res, err := openapitest.Client(t).Do(req) // every response checked against cli/openapi/openapi.json
+	res, err := openapitest.ClientFor(t, orders.Module()).Do(req) // every request and response checked against the document
 	if err != nil {
 		t.Fatal(err)
 	}
