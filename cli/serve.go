@@ -390,6 +390,16 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}
 
+	// Every route of the document answers alike on every process: a path
+	// whose role this process does not run is a 405 (with the methods it
+	// does serve there, possibly none), never a 404 on one route and a 405
+	// on another.
+	apiPaths, err := documentedPaths(apiDoc)
+	if err != nil {
+		return err
+	}
+	httpapi.SetMisses(a.router, apiPaths)
+
 	var handler http.Handler = httpapi.WithRequestID(httpapi.LogRequests(logger)(httpapi.Recover(a.router)))
 	if tracing {
 		handler = otelhttp.NewHandler(handler, "http.server")
@@ -440,7 +450,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}()
 	}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(httpapi.ServerAnswers(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			werr <- err
 		}
 	}()

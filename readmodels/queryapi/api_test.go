@@ -108,8 +108,7 @@ func setup(t *testing.T, o bundleOpts) *bundle {
 		t.Fatal(err)
 	}
 	b.router = mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
-	b.router.NotFoundHandler = httpapi.NotFound()
-	b.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
+	httpapi.SetMisses(b.router, nil)
 	api := b.router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
 	if err := ordercmd.Commands(api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {

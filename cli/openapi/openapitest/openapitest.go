@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -103,6 +104,7 @@ var missResponses = map[int]string{
 	http.StatusMethodNotAllowed:            "MethodNotAllowed",
 	http.StatusRequestHeaderFieldsTooLarge: "HeadersTooLarge",
 	http.StatusNotImplemented:              "NotImplemented",
+	http.StatusHTTPVersionNotSupported:     "VersionNotSupported",
 }
 
 // Beyond lists the server's 400 invalid_request refusals that no schema
@@ -110,6 +112,7 @@ var missResponses = map[int]string{
 // may get them.
 var Beyond = []string{
 	"send one Authorization header", // a header given twice
+	"duplicate field",               // a JSON object with a key twice
 }
 
 // Check validates one exchange: the answer always, the request as the
@@ -128,6 +131,13 @@ func (v *Validator) Check(x Exchange) error {
 			return fmt.Errorf("%s %s answered %d, but the document has no such operation (%v)", req.Method, req.URL.Path, x.Status, err)
 		}
 		return v.checkAs(req, name, x.Status, x.Header, x.Body)
+	}
+	// The server matches the escaped path and decodes each variable once
+	// (httpapi.PathVar); the router here hands them over escaped.
+	for k, val := range vars {
+		if d, err := url.PathUnescape(val); err == nil {
+			vars[k] = d
+		}
 	}
 	in := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: vars, Route: route},
@@ -177,6 +187,10 @@ func (v *Validator) checkRequest(route *routers.Route, vars map[string]string, x
 // body) on route, or nil. A body on an operation that takes none is
 // refused, as an independent validator does.
 func RequestError(route *routers.Route, vars map[string]string, req *http.Request, body []byte) error {
+	if len(bytes.TrimSpace(body)) > 0 && strings.HasPrefix(req.Header.Get("Content-Type"), "application/json") && !json.Valid(body) {
+		// kin-openapi decodes the first JSON value and ignores the rest.
+		return errors.New("the body is not one JSON value")
+	}
 	r := req.Clone(context.Background())
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))

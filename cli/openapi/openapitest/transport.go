@@ -42,9 +42,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		sent = &teeBody{r: req.Body}
 		clone := req.Clone(req.Context())
 		clone.Body = sent
-		if req.GetBody != nil {
+		if getBody := req.GetBody; getBody != nil {
 			clone.GetBody = func() (io.ReadCloser, error) {
-				b, err := req.GetBody()
+				b, err := getBody()
 				if err != nil {
 					return nil, err
 				}
