@@ -109,7 +109,7 @@ func TestAnswersOutsideHandlers(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
-		go io.WriteString(conn, c.raw)                    //nolint:errcheck // a 431 may come before the header is all sent
+		go io.WriteString(conn, c.raw)                     //nolint:errcheck // a 431 may come before the header is all sent
 		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)

@@ -64,7 +64,9 @@ func TestServerAnswers(t *testing.T) {
 		{"HTTP/2.0 request line", "GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505, "http_version_not_supported"},
 	} {
 		res, body := send(c.raw)
-		var shape struct{ Error struct{ Code, Message string } }
+		var shape struct {
+			Error struct{ Code, Message string }
+		}
 		if err := json.Unmarshal([]byte(body), &shape); err != nil || res.StatusCode != c.status || shape.Error.Code != c.code ||
 			res.Header.Get("Content-Type") != "application/json" || res.Header.Get("X-Request-Id") == "" || shape.Error.Message == "" {
 			t.Errorf("%s: %d %v %q, want %d %s in the error shape with X-Request-Id", c.name, res.StatusCode, res.Header, body, c.status, c.code)

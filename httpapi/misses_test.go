@@ -21,7 +21,9 @@ import (
 func TestMisses(t *testing.T) {
 	t.Parallel()
 	r := httpapi.NewRouter()
-	ok := func(w http.ResponseWriter, _ *http.Request) { httpapi.WriteJSON(w, http.StatusOK, map[string]string{"ok": "yes"}) }
+	ok := func(w http.ResponseWriter, _ *http.Request) {
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"ok": "yes"})
+	}
 	r.HandleFunc("/v1/things/{id}", ok).Methods(http.MethodGet)
 	r.HandleFunc("/v1/things/{id}/receive", ok).Methods(http.MethodPost)
 	r.HandleFunc("/v1/things", ok).Methods(http.MethodPost, http.MethodGet)
@@ -56,7 +58,9 @@ func TestMisses(t *testing.T) {
 		}
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		var shape struct{ Error struct{ Code, Message string } }
+		var shape struct {
+			Error struct{ Code, Message string }
+		}
 		_ = json.Unmarshal(body, &shape)
 		allow, hasAllow := res.Header["Allow"]
 		switch {
