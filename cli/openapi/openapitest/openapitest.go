@@ -5,8 +5,9 @@
 //   - every response: its status must be one the operation documents, the
 //     headers it marks required must be there and match, and the body must
 //     match the schema of that status;
-//   - every request: what the document refuses, the server must refuse (a
-//     request the document refuses that gets a 2xx or 3xx fails), and what
+//   - every request: what the document refuses, the server must refuse as
+//     malformed (a request the document refuses that gets a 2xx, 3xx or a
+//     business rule's 422 fails), and what
 //     the document allows, the server must not refuse as malformed (a 400
 //     invalid_request to a request the document allows fails, unless its
 //     message is one of the few refusals a schema cannot say: Beyond).
@@ -166,6 +167,10 @@ func (v *Validator) checkRequest(route *routers.Route, vars map[string]string, x
 	switch {
 	case refused != nil && x.Status < 400:
 		return fmt.Errorf("the server accepted a request the document refuses: %w", refused)
+	case refused != nil && x.Status == http.StatusUnprocessableEntity:
+		// The same mistake must get the same answer: input the document
+		// refuses is malformed (400), not a business rule's 422.
+		return fmt.Errorf("the server answered 422 to a request the document refuses as malformed (answer 400): %w", refused)
 	case refused == nil && x.Status == http.StatusBadRequest:
 		var e struct {
 			Error struct{ Code, Message string }
