@@ -114,6 +114,9 @@ var missResponses = map[int]string{
 var Beyond = []string{
 	"send one Authorization header", // a header given twice
 	"duplicate field",               // a JSON object with a key twice
+	// A filter naming a projection the application does not have: the
+	// names are the modules', not the engine document's.
+	"invalid request: unknown projection",
 }
 
 // Check validates one exchange: the answer always, the request as the
