@@ -67,12 +67,12 @@ func Start(t testing.TB, cfg Config, mods ...module.Module) *Server {
 	rand.Read(s[:]) //nolint:errcheck
 	secret := hex.EncodeToString(s[:])
 	env := map[string]string{
-		"DATABASE_URL":                     pgtest.NewDatabase(t),
-		"STRATA_DATA_DIR":                  t.TempDir(),
-		"STRATA_JWT_SECRET":                secret,
+		"DATABASE_URL":                    pgtest.NewDatabase(t),
+		"STRATA_DATA_DIR":                 t.TempDir(),
+		"STRATA_JWT_SECRET":               secret,
 		"STRATA_REQUIRE_TENANT_DIRECTORY": "false",
-		"STRATA_PROCESSES":                 "none",
-		"STRATA_LOG_LEVEL":                 "warn",
+		"STRATA_PROCESSES":                "none",
+		"STRATA_LOG_LEVEL":                "warn",
 	}
 	for k, val := range cfg.Env {
 		env[k] = val
