@@ -117,6 +117,14 @@ var Beyond = []string{
 	// A filter naming a projection the application does not have: the
 	// names are the modules', not the engine document's.
 	"invalid request: unknown projection",
+	// OpenAPI cannot say "no other parameter"; the server refuses one.
+	"unknown query parameter",
+	// An opaque cursor that did not come from the route.
+	"cursor must be a next_cursor",
+	// A duration's bounds (above 0, at most STRATA's maximum wait): the
+	// pattern says it is a duration, no schema compares durations.
+	"wait must be a duration",
+	"stuck must be a positive duration",
 }
 
 // Check validates one exchange: the answer always, the request as the
