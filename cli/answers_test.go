@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -123,5 +124,19 @@ func TestAnswersOutsideHandlers(t *testing.T) {
 		if err := v.Check(openapitest.Exchange{Request: req, Status: res.StatusCode, Header: res.Header, Body: body}); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
+	}
+}
+
+// TestBadFragmentStopsServe: a module whose OpenAPI fragment redefines an
+// engine path stops serve at start, before any database is opened, with
+// an error naming the module and the clash.
+func TestBadFragmentStopsServe(t *testing.T) {
+	t.Parallel()
+	bad := examples.All()[0]
+	bad.OpenAPI = []byte("paths: {/livez: {get: {operationId: mine, responses: {'200': {description: ok}}}}}")
+	var stderr strings.Builder
+	code := Run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0"}, testEnv(map[string]string{"STRATA_DATA_DIR": t.TempDir()}), io.Discard, &stderr, bad)
+	if code == exitOK || !strings.Contains(stderr.String(), "module orders: the OpenAPI fragment: path /livez is already defined by the engine") {
+		t.Fatalf("serve exited %d: %s", code, stderr.String())
 	}
 }
