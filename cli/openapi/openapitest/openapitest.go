@@ -125,6 +125,17 @@ var Beyond = []string{
 	// pattern says it is a duration, no schema compares durations.
 	"wait must be a duration",
 	"stuck must be a positive duration",
+	// The consistency token is opaque, and one beyond the log's head is
+	// known only to the server.
+	"X-Consistency-Token must be the position returned by a command",
+	"X-Consistency-Token is beyond the newest event",
+	// A header or parameter given twice; a query string that is not one.
+	"X-Consistency-Token is given more than once",
+	`query parameter "`,
+	"the query string is malformed",
+	// Rules between two parameters.
+	"the range from..to may span at most",
+	"from must not be after to",
 }
 
 // Check validates one exchange: the answer always, the request as the
