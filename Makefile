@@ -124,6 +124,14 @@ test/own-module: ## build, vet and test examples/loyalty from its own Go module 
 		echo "examples/loyalty imports strata's internal/: a module in its own Go module cannot"; exit 1; fi
 	cd examples/loyalty && $(GO) vet ./... && $(GO) build -o /dev/null ./cmd/loyalty && $(GO) test -count=1 ./...
 
+# An OpenAPI validator independent of the tests' kin-openapi: Stoplight Prism
+# (npm, pinned in cli/prism_test.go, installed into .tools/prism by the test)
+# proxies traffic over every operation to a real serve and reports each
+# disagreement of a request or an answer with the merged document.
+.PHONY: openapi/prism
+openapi/prism: ## run Stoplight Prism (from npm) over live traffic against the OpenAPI document
+	$(GO) test -tags prism -count=1 -v -run '^TestIndependentValidator$$' ./cli/ 2>&1 | grep -Ev '^(=== |    pgtest)'
+
 .PHONY: test/race
 test/race: deps ## the tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m ./...

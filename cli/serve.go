@@ -21,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/strata-es/strata/auth"
+	"github.com/strata-es/strata/cli/openapi"
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
@@ -213,6 +214,10 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	if err := mods.CheckProjections(); err != nil {
 		return err
 	}
+	apiDoc, err := openapi.Document(mods)
+	if err != nil {
+		return err
+	}
 	autoMigrate, err := e.boolean("STRATA_AUTO_MIGRATE", true)
 	if err != nil {
 		return err
@@ -311,7 +316,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool, mods) }},
 		readinessCheck{"database_logins", pools.checkLogins})
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
-	mountOpenAPI(a.router)
+	mountOpenAPI(a.router, apiDoc)
 	mountConsole(a.router)
 	a.router.Use(httpapi.TagRoute, a.metrics.HTTPMiddleware)
 	if tracing {
@@ -385,6 +390,16 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 	}
 
+	// Every route of the document answers alike on every process: a path
+	// whose role this process does not run is a 405 (with the methods it
+	// does serve there, possibly none), never a 404 on one route and a 405
+	// on another.
+	apiPaths, err := documentedPaths(apiDoc)
+	if err != nil {
+		return err
+	}
+	httpapi.SetMisses(a.router, apiPaths)
+
 	var handler http.Handler = httpapi.WithRequestID(httpapi.LogRequests(logger)(httpapi.Recover(a.router)))
 	if tracing {
 		handler = otelhttp.NewHandler(handler, "http.server")
@@ -435,7 +450,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}()
 	}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(httpapi.ServerAnswers(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			werr <- err
 		}
 	}()

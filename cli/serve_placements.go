@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/db"
@@ -162,7 +161,7 @@ func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app,
 		projPool:  pools.proj,
 		pools:     pools,
 		verifier:  a.verifier,
-		router:    mux.NewRouter(),
+		router:    httpapi.NewRouter(), // as the pool's: escaped paths, variables decoded once (httpapi.PathVar)
 		appended:  newBroadcast(),
 		env:       a.env,
 		metrics:   a.metrics.ForPlacement(p.Name),

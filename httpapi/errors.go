@@ -36,6 +36,12 @@ const (
 	// tenant is not an active tenant of the directory, or is suspended.
 	CodeTenantUnknown   = "tenant_unknown"
 	CodeTenantSuspended = "tenant_suspended"
+	// net/http's own refusals, before any handler (ServerAnswers): a
+	// header over the server's limit, a Transfer-Encoding it does not
+	// implement, an HTTP version it does not speak.
+	CodeHeadersTooLarge     = "headers_too_large"
+	CodeNotImplemented      = "not_implemented"
+	CodeVersionNotSupported = "http_version_not_supported"
 )
 
 // Error is an API error with its status, code and client-safe message.

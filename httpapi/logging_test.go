@@ -80,8 +80,7 @@ func logSetup(t *testing.T, withSpan bool) (*httptest.Server, *lineSink) {
 	}
 	router := mux.NewRouter()
 	router.Use(httpapi.TagRoute)
-	router.NotFoundHandler = httpapi.NotFound()
-	router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
+	httpapi.SetMisses(router, nil)
 	router.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet).Name("livez")

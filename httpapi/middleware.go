@@ -140,16 +140,10 @@ func RequireScope(scope string) mux.MiddlewareFunc {
 	}
 }
 
-// NotFound and MethodNotAllowed give the router's own misses the error
-// shape too.
+// NotFound answers 404 in the error shape. A router's misses get it, or
+// a 405, from SetMisses.
 func NotFound() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, Errorf(http.StatusNotFound, CodeNotFound, "no such route"))
-	})
-}
-
-func MethodNotAllowed() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, r, Errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method not allowed on this route"))
 	})
 }

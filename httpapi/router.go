@@ -12,12 +12,14 @@ import (
 // the escaped path: on the decoded one, "POST /v1/orders/a-1%2Fplace" is
 // "/v1/orders/a-1/place" and places order a-1, so an escaped "/" in an ID
 // would choose another route. Route variables therefore stay escaped;
-// handlers read them with PathVar. Unknown routes and methods answer in the
-// error shape.
+// handlers read them with PathVar. It never redirects to a cleaned path: a
+// path not in canonical form is a 400 (Canonical, misses.go). Unknown
+// routes and methods answer in the error shape, a 405 with Allow
+// (SetMisses).
 func NewRouter() *mux.Router {
-	r := mux.NewRouter().UseEncodedPath()
-	r.NotFoundHandler = NotFound()
-	r.MethodNotAllowedHandler = MethodNotAllowed()
+	r := mux.NewRouter().UseEncodedPath().SkipClean(true)
+	r.Use(Canonical)
+	SetMisses(r, nil)
 	return r
 }
 

@@ -55,6 +55,13 @@ type Module struct {
 	// decision 10), with the commands they issue bound to d's store and the
 	// ports of their external effects.
 	Processes func(d Deps) ([]process.Spec, error)
+	// OpenAPI is the module's OpenAPI 3.1 fragment, YAML or JSON (usually
+	// a go:embed file): the paths of its routes and their schemas. serve
+	// merges it into the engine's document at start (package cli/openapi
+	// says how, and what an operation marked x-strata-route gets from the
+	// engine) and serves the whole at /openapi.json; a fragment that clashes
+	// with the engine's or another module's, or is invalid, stops the start.
+	OpenAPI []byte
 }
 
 // Deps is what a module's command routes and process managers are made

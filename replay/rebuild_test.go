@@ -68,8 +68,7 @@ func newLiveSide(t testing.TB, d *testdb.DB, ps ...projections.Projection) *live
 		t.Fatal(err)
 	}
 	ls.router = mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
-	ls.router.NotFoundHandler = httpapi.NotFound()
-	ls.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
+	httpapi.SetMisses(ls.router, nil)
 	ls.api = ls.router.NewRoute().Subrouter()
 	ls.api.Use(httpapi.Authenticate(verifier))
 	if err := ordercmd.Commands(ls.api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {

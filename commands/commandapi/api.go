@@ -142,6 +142,13 @@ type storedResponse struct {
 }
 
 func execute[A any](w http.ResponseWriter, r *http.Request, exec commands.Executor[A], rs Resource, cmd commands.Command[A], okStatus int) {
+	if id := r.Header.Get("X-Correlation-ID"); id != "" && !correlationPattern.MatchString(id) {
+		// Refused, not replaced by the request ID: the client would believe
+		// its correlation ID is in the events' metadata.
+		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest,
+			"X-Correlation-ID must be 1 to 128 of A-Z a-z 0-9 . _ : -"))
+		return
+	}
 	opts := commands.Options{Metadata: metadata(r)}
 	if v := r.Header.Get("If-Match"); v != "" {
 		expected, err := ParseIfMatch(v)
@@ -269,8 +276,8 @@ func metadata(r *http.Request) event.Metadata {
 	if c, ok := httpapi.ClaimsFrom(r.Context()); ok {
 		m.Actor = c.Subject
 	}
-	if id := r.Header.Get("X-Correlation-ID"); correlationPattern.MatchString(id) {
-		m.CorrelationID = id
+	if id := r.Header.Get("X-Correlation-ID"); id != "" {
+		m.CorrelationID = id // well-formed: execute refused it otherwise
 	} else {
 		m.CorrelationID = httpapi.RequestID(r.Context())
 	}

@@ -5,6 +5,8 @@
 package fulfilment
 
 import (
+	_ "embed"
+
 	"github.com/strata-es/strata/commands/process"
 	"github.com/strata-es/strata/examples/fulfilment/fulfil"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd"
@@ -22,6 +24,7 @@ func Module() module.Module {
 		Settings:    fulfilcmd.Settings,
 		Projections: fulfilview.All,
 		Queries:     fulfilquery.Queries,
+		OpenAPI:     openAPI,
 		Processes:   processes,
 	}
 }
@@ -35,3 +38,9 @@ func processes(d module.Deps) ([]process.Spec, error) {
 	}
 	return fulfilcmd.Processes(cfg, d.Deps)
 }
+
+// openAPI is the module's part of the API document: its paths and schemas
+// (cli/openapi merges it with the engine's).
+//
+//go:embed openapi.yaml
+var openAPI []byte

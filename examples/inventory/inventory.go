@@ -5,6 +5,8 @@
 package inventory
 
 import (
+	_ "embed"
+
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/examples/inventory/stock"
@@ -23,8 +25,15 @@ func Module() module.Module {
 		Commands:    commands,
 		Projections: stockview.All,
 		Queries:     stockquery.Queries,
+		OpenAPI:     openAPI,
 	}
 }
 
 // commands mounts the module's command routes; it has no settings.
 func commands(r *mux.Router, d module.Deps) error { return stockcmd.Commands(r, d.Deps) }
+
+// openAPI is the module's part of the API document: its paths and schemas
+// (cli/openapi merges it with the engine's).
+//
+//go:embed openapi.yaml
+var openAPI []byte

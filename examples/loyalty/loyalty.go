@@ -7,6 +7,8 @@
 package loyalty
 
 import (
+	_ "embed"
+
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/module"
@@ -30,5 +32,13 @@ func Module() module.Module {
 		},
 		Projections: accountview.All,
 		Queries:     accountquery.Queries,
+		OpenAPI:     openAPI,
 	}
 }
+
+// openAPI documents the module's routes: strata merges it with the
+// engine's document, which holds every error response, header and
+// parameter the routes share.
+//
+//go:embed openapi.yaml
+var openAPI []byte

@@ -5,6 +5,8 @@
 package orders
 
 import (
+	_ "embed"
+
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/examples/orders/order"
@@ -23,8 +25,15 @@ func Module() module.Module {
 		Commands:    commands,
 		Projections: orderview.All,
 		Queries:     orderquery.Queries,
+		OpenAPI:     openAPI,
 	}
 }
 
 // commands mounts the module's command routes; it has no settings.
 func commands(r *mux.Router, d module.Deps) error { return ordercmd.Commands(r, d.Deps) }
+
+// openAPI is the module's part of the API document: its paths and schemas
+// (cli/openapi merges it with the engine's).
+//
+//go:embed openapi.yaml
+var openAPI []byte

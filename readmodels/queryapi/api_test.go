@@ -23,6 +23,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
 	"github.com/strata-es/strata/examples/orders/orderquery"
@@ -107,8 +108,7 @@ func setup(t *testing.T, o bundleOpts) *bundle {
 		t.Fatal(err)
 	}
 	b.router = mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
-	b.router.NotFoundHandler = httpapi.NotFound()
-	b.router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
+	httpapi.SetMisses(b.router, nil)
 	api := b.router.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(verifier))
 	if err := ordercmd.Commands(api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
@@ -181,7 +181,7 @@ func (b *bundle) do(method, path, tok string, body any, header ...string) respon
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
-	res, err := openapitest.Client(b.t).Do(req) // every response checked against cli/openapi/openapi.json
+	res, err := openapitest.ClientFor(b.t, orders.Module()).Do(req) // every request and response checked against the document
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -136,6 +136,11 @@ func (a *API) startRebuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := projectionName(r)
+	if !slices.Contains(a.svc.Names(), name) {
+		// As GET of the projection answers: the resource does not exist.
+		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusNotFound, httpapi.CodeNotFound, "projection not found"))
+		return
+	}
 	o := replay.RebuildOptions{Projections: []string{name}, Tenant: c.tenant, Actor: c.actor()}
 	if req.From != "" {
 		pos, err := event.ParseToken(req.From)

@@ -61,18 +61,45 @@ type RebuildState struct {
 
 // PlanView is a dry run's answer.
 type PlanView struct {
-	DryRun          bool             `json:"dry_run"`
-	Head            Position         `json:"head"`
-	EstimateSeconds float64          `json:"estimate_seconds"`
-	Projections     []replay.Planned `json:"projections"`
+	DryRun          bool          `json:"dry_run"`
+	Head            Position      `json:"head"`
+	EstimateSeconds float64       `json:"estimate_seconds"`
+	Projections     []PlannedView `json:"projections"`
+}
+
+// PlannedView is one projection of a dry run (replay.Planned) in the
+// API's own names: Go's field names are not a wire format.
+type PlannedView struct {
+	Name             string      `json:"name"`
+	Scope            string      `json:"scope"`
+	Tables           []TableView `json:"tables"`
+	Resume           bool        `json:"resume"`
+	ShadowCheckpoint Position    `json:"shadow_checkpoint"`
+	Conflict         string      `json:"conflict"`
+	Events           int64       `json:"events"`
+	TenantEvents     int64       `json:"tenant_events"`
+	Streams          int64       `json:"streams"`
+	LiveCheckpoint   Position    `json:"live_checkpoint"`
+}
+
+// TableView is a live table and the shadow it would be rebuilt into.
+type TableView struct {
+	Live   string `json:"live"`
+	Shadow string `json:"shadow"`
 }
 
 func planView(p replay.Plan, c caller) PlanView {
-	out := PlanView{DryRun: true, Head: position(p.Head), EstimateSeconds: p.Estimate.Seconds(), Projections: p.Projections}
-	if !c.all {
-		for i := range out.Projections {
-			out.Projections[i].Events = 0 // the whole log's size is not the tenant's business
+	out := PlanView{DryRun: true, Head: position(p.Head), EstimateSeconds: p.Estimate.Seconds(), Projections: []PlannedView{}}
+	for _, pp := range p.Projections {
+		v := PlannedView{Name: pp.Name, Scope: pp.Scope, Tables: []TableView{}, Resume: pp.Resume, ShadowCheckpoint: position(pp.ShadowCheckpoint),
+			Conflict: pp.Conflict, Events: pp.Events, TenantEvents: pp.TenantEvents, Streams: pp.Streams, LiveCheckpoint: position(pp.LiveCheckpoint)}
+		for _, t := range pp.Tables {
+			v.Tables = append(v.Tables, TableView{Live: t.Live, Shadow: t.Shadow})
 		}
+		if !c.all {
+			v.Events = 0 // the whole log's size is not the tenant's business
+		}
+		out.Projections = append(out.Projections, v)
 	}
 	return out
 }

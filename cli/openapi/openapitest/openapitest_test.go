@@ -1,41 +1,19 @@
 package openapitest_test
 
 import (
-	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/strata-es/strata/cli/openapi"
 	"github.com/strata-es/strata/cli/openapi/openapitest"
+	"github.com/strata-es/strata/examples"
 )
-
-// TestDocumentValidates loads the served document with kin-openapi's own
-// loader and validator, and shows that they do reject a broken one.
-func TestDocumentValidates(t *testing.T) {
-	doc, err := openapitest.Load(context.Background(), openapi.OpenAPI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if doc.OpenAPI != "3.1.0" || !doc.IsOpenAPI31OrLater() {
-		t.Fatalf("openapi %q: want 3.1.0", doc.OpenAPI)
-	}
-	broken := bytes.Replace(openapi.OpenAPI, []byte(`"#/components/schemas/OrderCommandResult"`), []byte(`"#/components/schemas/NoSuchSchema"`), 1)
-	if _, err := openapitest.Load(context.Background(), broken); err == nil {
-		t.Fatal("a document referring to a missing schema loaded and validated")
-	}
-	broken = bytes.Replace(openapi.OpenAPI, []byte(`"type": "integer"`), []byte(`"type": "int64"`), 1)
-	if _, err := openapitest.Load(context.Background(), broken); err == nil {
-		t.Fatal("a document with an unknown schema type loaded and validated")
-	}
-}
 
 func strata(t *testing.T) *openapitest.Validator {
 	t.Helper()
-	v, err := openapitest.Strata()
+	v, err := openapitest.For(examples.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +21,7 @@ func strata(t *testing.T) *openapitest.Validator {
 }
 
 func jsonHeader(kv ...string) http.Header {
-	h := http.Header{"Content-Type": {"application/json"}}
+	h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"a1b2c3"}}
 	for i := 0; i+1 < len(kv); i += 2 {
 		h.Set(kv[i], kv[i+1])
 	}
@@ -71,7 +49,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"extra field", "POST", "/v1/orders", 201, jsonHeader(), `{"order_id":"o-1","version":1,"position":"p1.a2cuNA","tenant":"t"}`, false},
 		{"wrong type", "POST", "/v1/orders", 201, jsonHeader(), `{"order_id":"o-1","version":"1","position":"p1.a2cuNA"}`, false},
 		{"undocumented status", "POST", "/v1/orders", 200, jsonHeader(), created, false},
-		{"not JSON", "POST", "/v1/orders", 201, http.Header{"Content-Type": {"text/plain"}}, created, false},
+		{"not JSON", "POST", "/v1/orders", 201, http.Header{"Content-Type": {"text/plain"}, "X-Request-Id": {"a1"}}, created, false},
 		{"bad ETag", "POST", "/v1/orders/o-1/place", 200, jsonHeader("ETag", "1"), created, false},
 		{"order", "GET", "/v1/orders/o-1", 200, jsonHeader(), order, true},
 		{"order, status out of the enum", "GET", "/v1/orders/o-1", 200, jsonHeader(), strings.Replace(order, `"draft"`, `"drafted"`, 1), false},
@@ -85,14 +63,19 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"401 without WWW-Authenticate", "GET", "/v1/orders", 401, jsonHeader(), `{"error":{"code":"unauthenticated","message":"x"}}`, false},
 		{"unknown path, the router's 404", "GET", "/v1/nope", 404, jsonHeader(), `{"error":{"code":"not_found","message":"no such route"}}`, true},
 		{"unknown path answered", "GET", "/v1/nope", 200, jsonHeader(), `{}`, false},
-		{"unknown method, the router's 405", "PUT", "/v1/orders/o-1", 405, jsonHeader(), `{"error":{"code":"method_not_allowed","message":"x"}}`, true},
-		{"unknown method, plain text", "PUT", "/v1/orders/o-1", 405, http.Header{"Content-Type": {"text/plain"}}, `405 method not allowed`, false},
+		{"unknown method, the router's 405", "PUT", "/v1/orders/o-1", 405, jsonHeader("Allow", "GET"), `{"error":{"code":"method_not_allowed","message":"x"}}`, true},
+		{"unknown method, plain text", "PUT", "/v1/orders/o-1", 405, http.Header{"Content-Type": {"text/plain"}, "Allow": {"GET"}, "X-Request-Id": {"a1"}}, `405 method not allowed`, false},
+		{"unknown method, no Allow", "PUT", "/v1/orders/o-1", 405, jsonHeader(), `{"error":{"code":"method_not_allowed","message":"x"}}`, false},
+		{"a role this process does not run: 405, Allow empty", "POST", "/v1/orders/o-1/place", 405, jsonHeader("Allow", ""), `{"error":{"code":"method_not_allowed","message":"x"}}`, true},
+		{"no request ID", "GET", "/livez", 200, http.Header{"Content-Type": {"application/json"}}, `{"status":"ok"}`, false},
+		{"431 in the error shape", "GET", "/v1/orders", 431, jsonHeader(), `{"error":{"code":"headers_too_large","message":"x"}}`, true},
+		{"501 in the error shape", "POST", "/v1/nope", 501, jsonHeader(), `{"error":{"code":"not_implemented","message":"x"}}`, true},
 		{"livez", "GET", "/livez", 200, jsonHeader(), `{"status":"ok"}`, true},
 		{"sum beyond int64", "GET", "/v1/customers/c-1/summary", 200, jsonHeader(),
 			`{"customer_id":"c-1","orders":3,"open_orders":0,"paid_total":[{"amount":27670116110564327421,"currency":"EUR"}]}`, true},
 	} {
 		req := httptest.NewRequest(c.method, "http://strata.test"+c.path, nil)
-		err := v.Check(req, c.status, c.header, []byte(c.body))
+		err := v.Check(openapitest.Exchange{Request: req, Status: c.status, Header: c.header, Body: []byte(c.body)})
 		if c.ok && err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
@@ -111,6 +94,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 func TestTransportReports(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", "r-1")
 		if r.URL.Path == "/livez" {
 			io.WriteString(w, `{"status":"ok"}`)
 			return
@@ -119,7 +103,7 @@ func TestTransportReports(t *testing.T) {
 	}))
 	defer srv.Close()
 	var reported []error
-	client := &http.Client{Transport: &openapitest.Transport{Report: func(_ *http.Request, err error) { reported = append(reported, err) }}}
+	client := &http.Client{Transport: &openapitest.Transport{Validator: strata(t), Report: func(_ *http.Request, err error) { reported = append(reported, err) }}}
 	for _, path := range []string{"/livez", "/v1/inventory/s-1"} {
 		res, err := client.Get(srv.URL + path)
 		if err != nil {

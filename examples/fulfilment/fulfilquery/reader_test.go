@@ -14,10 +14,12 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/fulfilment"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilquery"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilview"
 	"github.com/strata-es/strata/examples/inventory/stock"
 	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/httpapi"
 	"github.com/strata-es/strata/internal/pgtest"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
@@ -85,7 +87,7 @@ func TestRoute(t *testing.T) {
 	// as the authentication middleware would set it).
 	r := mux.NewRouter()
 	queryapi.New(rm, nil, nil, queryapi.Config{}).Register(r, routes...)
-	v, err := openapitest.Strata()
+	v, err := openapitest.For(fulfilment.Module())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +95,8 @@ func TestRoute(t *testing.T) {
 		t.Helper()
 		req := httptest.NewRequest("GET", "http://localhost/v1/orders/"+id+"/fulfilment", nil)
 		w := httptest.NewRecorder()
-		r.ServeHTTP(w, req.WithContext(domain.NewContext(req.Context(), tenant)))
-		if err := v.Check(req, w.Code, w.Header(), w.Body.Bytes()); err != nil {
+		httpapi.WithRequestID(r).ServeHTTP(w, req.WithContext(domain.NewContext(req.Context(), tenant)))
+		if err := v.Check(openapitest.Exchange{Request: req, BodySent: true, Status: w.Code, Header: w.Header(), Body: w.Body.Bytes()}); err != nil {
 			t.Error(err)
 		}
 		return w.Code, strings.TrimSpace(w.Body.String())

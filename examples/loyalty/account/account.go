@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
@@ -22,6 +23,10 @@ const (
 // MaxPoints bounds one command's points and an account's balance, so every
 // sum stays exact.
 const MaxPoints = 1_000_000_000
+
+// MaxReason bounds an earning's reason, in characters (as the API
+// document's maxLength counts them), not bytes.
+const MaxReason = 200
 
 // StreamPrefix starts the name of every loyalty stream.
 const StreamPrefix = "loyalty-"
@@ -43,7 +48,7 @@ var (
 	ErrOverRedeem    = fmt.Errorf("%w: more points than one redemption may take", domain.ErrRejected)
 	ErrBalanceCap    = fmt.Errorf("%w: the balance would exceed %d points", domain.ErrRejected, MaxPoints)
 	ErrUnknownEvent  = errors.New("loyalty: unknown event")
-	ErrReasonTooLong = fmt.Errorf("%w: a reason is at most 200 bytes", domain.ErrRejected)
+	ErrReasonTooLong = fmt.Errorf("%w: a reason is at most %d characters", domain.ErrRejected, MaxReason)
 )
 
 // Earned: a customer earned points. Schema version 1.
@@ -112,7 +117,7 @@ func (a *Account) Earn(customer string, points int64, reason string, at time.Tim
 	if points < 1 || points > MaxPoints {
 		return nil, ErrPoints
 	}
-	if len(reason) > 200 {
+	if utf8.RuneCountInString(reason) > MaxReason {
 		return nil, ErrReasonTooLong
 	}
 	if a.Balance+points > MaxPoints {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
@@ -95,6 +96,12 @@ func Commands(r *mux.Router, d commandapi.Deps, maxRedeem string) error {
 				if err := commandapi.DecodeBody(w, r, &req); err != nil {
 					return nil, err
 				}
+				if err := points(req.Points); err != nil {
+					return nil, err
+				}
+				if utf8.RuneCountInString(req.Reason) > account.MaxReason {
+					return nil, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, fmt.Sprintf("reason must be at most %d characters", account.MaxReason))
+				}
 				return Earn{Customer: id, Points: req.Points, Reason: req.Reason}, nil
 			}},
 		commandapi.Route[*account.Account]{Name: "loyalty.redeem", Method: http.MethodPost, Path: "/v1/loyalty/{customer}/redeem",
@@ -107,7 +114,20 @@ func Commands(r *mux.Router, d commandapi.Deps, maxRedeem string) error {
 				if err := commandapi.DecodeBody(w, r, &req); err != nil {
 					return nil, err
 				}
+				if err := points(req.Points); err != nil {
+					return nil, err
+				}
 				return Redeem{Customer: id, Points: req.Points, MaxPerRedemption: max}, nil
 			}},
 	)
+}
+
+// points refuses, as malformed input (400, as the module's OpenAPI
+// fragment's minimum and maximum say), points outside 1..MaxPoints; the
+// account's ErrPoints stays for callers that are not the API.
+func points(n int64) error {
+	if n < 1 || n > account.MaxPoints {
+		return httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest, fmt.Sprintf("points must be from 1 to %d", account.MaxPoints))
+	}
+	return nil
 }

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/mux"
-
 	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/cli/openapi/openapitest"
 	"github.com/strata-es/strata/commands"
@@ -21,6 +19,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples/orders"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
 	"github.com/strata-es/strata/httpapi"
@@ -46,8 +45,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mux.NewRouter().UseEncodedPath() // as httpapi.NewRouter: routes match the escaped path
-	r.NotFoundHandler = httpapi.NotFound()
+	r := httpapi.NewRouter()
 	api := r.NewRoute().Subrouter()
 	api.Use(httpapi.Authenticate(v))
 	if err := ordercmd.Commands(api, commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: order.Registry}}); err != nil {
@@ -88,7 +86,7 @@ func (b *bundle) do(t *testing.T, method, path, tok string, body string, headers
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	res, err := openapitest.Client(t).Do(req) // every response checked against cli/openapi/openapi.json
+	res, err := openapitest.ClientFor(t, orders.Module()).Do(req) // every request and response checked against the document
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +173,6 @@ func TestRulesAnswer422WithTheRule(t *testing.T) {
 		{"place empty", "POST", "/v1/orders/o-1/place", ``, "empty order"},
 		{"pay draft", "POST", "/v1/orders/o-1/pay", `{"payment_reference":"x"}`, "placed order"},
 		{"currency", "POST", "/v1/orders/o-1/lines", `{"product_id":"p","quantity":1,"unit_price":{"amount":1,"currency":"USD"}}`, "currency"},
-		{"quantity", "POST", "/v1/orders/o-1/lines", `{"product_id":"p","quantity":10001,"unit_price":{"amount":1,"currency":"EUR"}}`, "quantity"},
 		{"overflow", "POST", "/v1/orders/o-1/lines", `{"product_id":"p","quantity":2,"unit_price":{"amount":9223372036854775807,"currency":"EUR"}}`, "too large"},
 		{"exists", "POST", "/v1/orders", `{"order_id":"o-1","customer_id":"c-1","currency":"EUR"}`, "already exists"},
 	}
@@ -188,6 +185,22 @@ func TestRulesAnswer422WithTheRule(t *testing.T) {
 	}
 	if n := len(b.events(t, "a", "o-1")); n != 1 {
 		t.Fatalf("rejected commands stored events: %d", n)
+	}
+	// A quantity outside 1..10000 in one add is malformed input, a 400
+	// as the document's minimum and maximum say (and as inventory's
+	// receive answers); a line whose adds sum beyond it breaks the rule.
+	for _, q := range []string{"0", "10001", "-1"} {
+		r := b.do(t, "POST", "/v1/orders/o-1/lines", tok, `{"product_id":"p","quantity":`+q+`,"unit_price":{"amount":1,"currency":"EUR"}}`)
+		wantStatus(t, r, 400, "invalid_request")
+		if !strings.Contains(r.body, "quantity") {
+			t.Errorf("quantity %s: %s does not name the quantity", q, r.body)
+		}
+	}
+	wantStatus(t, b.do(t, "POST", "/v1/orders/o-1/lines", tok, `{"product_id":"p","quantity":10000,"unit_price":{"amount":1,"currency":"EUR"}}`), 200, "")
+	r := b.do(t, "POST", "/v1/orders/o-1/lines", tok, `{"product_id":"p","quantity":1,"unit_price":{"amount":1,"currency":"EUR"}}`)
+	wantStatus(t, r, 422, "rule_violation")
+	if !strings.Contains(r.body, "quantity") {
+		t.Errorf("a line summing beyond 10000: %s does not name the rule", r.body)
 	}
 }
 
@@ -263,6 +276,11 @@ func TestBadRequests(t *testing.T) {
 		{"media type", "/v1/orders", `{"customer_id":"c","currency":"EUR"}`, []string{"Content-Type", "text/plain"}, 415, "unsupported_media_type"},
 		{"bad if-match", "/v1/orders/o-1/place", `{}`, []string{"If-Match", `"x"`}, 400, "invalid_request"},
 		{"bad idempotency key", "/v1/orders/o-1/place", `{}`, []string{"Idempotency-Key", "a b"}, 400, "invalid_request"},
+		// Refused, where it was silently replaced by the request ID.
+		{"bad correlation ID", "/v1/orders/o-1/place", `{}`, []string{"X-Correlation-ID", "a b"}, 400, "invalid_request"},
+		{"quantity beyond the document's maximum", "/v1/orders/o-1/lines", `{"product_id":"p","quantity":10001,"unit_price":{"amount":1,"currency":"EUR"}}`, nil, 400, "invalid_request"},
+		{"negative price", "/v1/orders/o-1/lines", `{"product_id":"p","quantity":1,"unit_price":{"amount":-1,"currency":"EUR"}}`, nil, 400, "invalid_request"},
+		{"currency not three capitals", "/v1/orders", `{"customer_id":"c","currency":"euro"}`, nil, 400, "invalid_request"},
 	}
 	for _, c := range cases {
 		r := b.do(t, "POST", c.path, tok, c.body, c.headers...)

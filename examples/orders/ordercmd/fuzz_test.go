@@ -156,8 +156,6 @@ func FuzzCommandRoutes(f *testing.F) {
 		rt := routes[int(route)%len(routes)]
 		exec := &fakeExec{}
 		router := httpapi.NewRouter() // routes match the escaped path
-		router.NotFoundHandler = httpapi.NotFound()
-		router.MethodNotAllowedHandler = httpapi.MethodNotAllowed()
 		commandapi.Register(router, commands.Executor[*order.Order](exec), Resource, Routes()...)
 
 		path := strings.NewReplacer("{id}", url.PathEscape(id), "{product_id}", url.PathEscape(product)).Replace(rt.path)

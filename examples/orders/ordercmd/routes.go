@@ -1,6 +1,7 @@
 package ordercmd
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -96,6 +97,14 @@ func addLine(w http.ResponseWriter, r *http.Request) (Command, error) {
 	}
 	if req.UnitPrice == nil {
 		return nil, commandapi.Required("unit_price", "")
+	}
+	if req.Quantity < order.MinQuantity || req.Quantity > order.MaxQuantity {
+		// Malformed input, as the document's AddLine says (minimum and
+		// maximum) and as inventory's receive answers: 400. The
+		// aggregate's ErrQuantityOutOfRange (422) stays the rule for a
+		// line whose repeated adds sum beyond the maximum.
+		return nil, httpapi.Errorf(http.StatusBadRequest, httpapi.CodeInvalidRequest,
+			fmt.Sprintf("quantity must be between %d and %d", order.MinQuantity, order.MaxQuantity))
 	}
 	return AddLine{OrderID: id, ProductID: req.ProductID, Quantity: req.Quantity,
 		UnitPrice: money.Money{Amount: req.UnitPrice.Amount, Currency: req.UnitPrice.Currency}}, nil
