@@ -51,7 +51,7 @@ func replayPlacement(ctx context.Context, args []string, e env, stderr io.Writer
 	}
 	over := map[string]string{"DATABASE_URL": conns.owner, "STRATA_APP_DATABASE_URL": conns.app.url, "STRATA_PROJECTOR_DATABASE_URL": conns.proj.url}
 	base := e.get
-	return rest, env{get: func(k string) string {
+	return rest, env{mods: e.mods, get: func(k string) string {
 		if v, ok := over[k]; ok {
 			return v
 		}

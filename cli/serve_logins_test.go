@@ -455,7 +455,7 @@ func TestServeRebuildsThroughTheOwnerConnection(t *testing.T) {
 	defer qstop()
 	waitReady(t, qbase)
 	status, body = callAs(t, qbase, "acme", http.MethodPost, "/v1/admin/projections/order_list/rebuild", "")
-	if status != http.StatusBadRequest || !strings.Contains(string(body), "no owner connection") || !strings.Contains(string(body), "DATABASE_URL") {
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "no owner connection") || !strings.Contains(string(body), "DATABASE_URL") {
 		t.Errorf("rebuild without an owner connection: %d %s", status, body)
 	}
 	res, err := http.Get(qbase + "/readyz")

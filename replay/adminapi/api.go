@@ -91,6 +91,11 @@ func badRequest(msg string) error {
 // database text); anything else is httpapi's business (500 or 503).
 func fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
+	case errors.Is(err, replay.ErrNoOwner):
+		// The request is valid; this process cannot carry it out (another
+		// with the owner connection can), as the platform API answers.
+		httpapi.WriteError(w, r, &httpapi.Error{Status: http.StatusServiceUnavailable, Code: httpapi.CodeUnavailable,
+			Message: replay.ErrNoOwner.Error(), RetryAfter: 2 * time.Second})
 	case errors.Is(err, replay.ErrInvalid):
 		httpapi.WriteError(w, r, badRequest(err.Error()))
 	case errors.Is(err, replay.ErrNotFound):
