@@ -322,7 +322,10 @@ func (r *Runtime) committedHead() (event.Position, error) {
 	r.adminMu.Lock()
 	defer r.adminMu.Unlock()
 	var major, minor string
-	err := r.admin.QueryRow(r.ctx, `SELECT tx_id::text, position::text FROM events ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&major, &minor)
+	// Ordered by the columns, not by the text output columns of the same
+	// names: "998" sorts after "1010".
+	err := r.admin.QueryRow(r.ctx, `SELECT tx_id::text AS tx_text, position::text AS pos_text FROM events
+ORDER BY events.tx_id DESC, events.position DESC LIMIT 1`).Scan(&major, &minor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return event.Position{}, nil
 	}
