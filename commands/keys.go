@@ -1,6 +1,10 @@
 package commands
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/strata-es/strata/domain/decision"
+)
 
 // EngineKeyPrefix starts every idempotency key the engine itself executes
 // commands under: a process manager's step runs with
@@ -10,8 +14,10 @@ import "strings"
 // replay the user's outcome (issue 29, finding 11). The namespace is
 // therefore the engine's: the HTTP command API refuses a user key that
 // starts with it (IsEngineKey), and the engine's own keys keep their form,
-// so a step issued before an upgrade still finds its record after it.
-const EngineKeyPrefix = "pm:"
+// so a step issued before an upgrade still finds its record after it. It
+// is decision.KeyPrefix, where the key's form is defined (decision.StepKey)
+// for the process managers' pure code, which may not import this package.
+const EngineKeyPrefix = decision.KeyPrefix
 
 // IsEngineKey reports whether key is in the engine's reserved namespace.
 func IsEngineKey(key string) bool { return strings.HasPrefix(key, EngineKeyPrefix) }

@@ -3,10 +3,9 @@ package readmodels_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
-
-	"github.com/strata-es/strata/examples/orders/orderquery"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,7 +15,9 @@ import (
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/examples/orders/order"
+	"github.com/strata-es/strata/examples/orders/orderquery"
 	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
@@ -25,8 +26,57 @@ import (
 
 const tenantA, tenantB = "t-a", "t-b"
 
-// appTables are the read-model tables the application role reads.
-var appTables = []string{"order_details", "order_detail_lines", "order_list", "customer_summaries", "customer_paid_totals", "daily_revenue", "admin_audit"}
+// The run-time isolation of every tenant-scoped table — a row of each of
+// two tenants, read and written by strata_app and strata_projector under
+// the other's setting — is projectiontest.CheckTenantTables' (run over the
+// engine's and every module's line by catalog_test.go). The tests here
+// follow real rows, written by the order module's projections, through the
+// query side and through the connection pool.
+
+// appTables are the tenant-scoped tables of the engine's and the example
+// modules' lines that the application role may read (db.Classify and the
+// role's privileges): no list to keep.
+func appTables(ctx context.Context, t *testing.T, d *testdb.DB) []string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var out []string
+	for _, table := range classification(t).Tables() {
+		if table.Class != db.ClassTenantScoped {
+			continue
+		}
+		var readable bool
+		if err := conn.QueryRow(ctx, `SELECT has_table_privilege($1, $2, 'SELECT')`, db.RoleApp, db.Schema+"."+table.Name).Scan(&readable); err != nil {
+			t.Fatal(err)
+		}
+		if readable {
+			out = append(out, table.Name)
+		}
+	}
+	return out
+}
+
+// populated are the tables holding rows of tenant (read as a superuser).
+func populated(ctx context.Context, t *testing.T, d *testdb.DB, tables []string, tenant string) map[string]bool {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	out := map[string]bool{}
+	for _, table := range tables {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.`+table+` WHERE tenant_id = $1`, tenant).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out[table] = n > 0
+	}
+	return out
+}
 
 // populate writes one paid order for each of tenants A and B (same order
 // and customer IDs on purpose) through the store and the projections, and
@@ -72,11 +122,11 @@ func populate(ctx context.Context, t *testing.T, d *testdb.DB) {
 }
 
 // counts returns, per table, the rows visible in the transaction, and how
-// many of them belong to tenant.
-func counts(ctx context.Context, t *testing.T, tx pgx.Tx, tenant string) (visible, foreign map[string]int) {
+// many of them belong to another tenant than tenant.
+func counts(ctx context.Context, t *testing.T, tx pgx.Tx, tables []string, tenant string) (visible, foreign map[string]int) {
 	t.Helper()
 	visible, foreign = map[string]int{}, map[string]int{}
-	for _, table := range appTables {
+	for _, table := range tables {
 		var all, other int
 		err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE tenant_id <> $1) FROM `+table, tenant).Scan(&all, &other)
 		if err != nil {
@@ -93,17 +143,28 @@ func counts(ctx context.Context, t *testing.T, tx pgx.Tx, tenant string) (visibl
 func TestTenantIsolationAsApplicationRole(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	d := testdb.New(t, orderview.Migrations)
+	d := testdb.New(t, examples.All().Lines()...)
 	populate(ctx, t, d)
+	tables := appTables(ctx, t, d)
+	filled := populated(ctx, t, d, tables, tenantB)
+	// The order module's read models and the audit trail hold rows of
+	// both tenants: the checks below see real rows there.
+	for _, p := range orderview.All() {
+		for _, table := range append(p.Tables(), "admin_audit") {
+			if slices.Contains(tables, table) && !filled[table] {
+				t.Fatalf("%s holds no row of tenant B after populate: the test would prove nothing", table)
+			}
+		}
+	}
 
 	t.Run("tenant B reads none of tenant A's rows", func(t *testing.T) {
 		err := db.WithTenantTx(domain.NewContext(ctx, tenantB), d.App, func(tx pgx.Tx) error {
-			visible, foreign := counts(ctx, t, tx, tenantB)
-			for _, table := range appTables {
+			visible, foreign := counts(ctx, t, tx, tables, tenantB)
+			for _, table := range tables {
 				if foreign[table] != 0 {
 					t.Errorf("%s: tenant B sees %d rows of another tenant", table, foreign[table])
 				}
-				if visible[table] == 0 {
+				if filled[table] && visible[table] == 0 {
 					t.Errorf("%s: tenant B sees none of its own rows (the test proves nothing)", table)
 				}
 			}
@@ -133,8 +194,8 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		visible, _ := counts(ctx, t, tx, "")
-		for _, table := range appTables {
+		visible, _ := counts(ctx, t, tx, tables, "")
+		for _, table := range tables {
 			if visible[table] != 0 {
 				t.Errorf("%s: %d rows visible without a tenant", table, visible[table])
 			}
@@ -153,7 +214,7 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 		defer pool.Close()
 		var pidA, pidNext int
 		err = db.WithTenantTx(domain.NewContext(ctx, tenantA), pool, func(tx pgx.Tx) error {
-			visible, _ := counts(ctx, t, tx, tenantA)
+			visible, _ := counts(ctx, t, tx, tables, tenantA)
 			if visible["order_details"] != 1 {
 				t.Errorf("tenant A sees %d orders, want 1", visible["order_details"])
 			}
@@ -181,70 +242,11 @@ func TestTenantIsolationAsApplicationRole(t *testing.T) {
 		if setting != nil && *setting != "" {
 			t.Errorf("the reused connection still has tenant %q set", *setting)
 		}
-		visible, _ := counts(ctx, t, tx, "")
-		for _, table := range appTables {
+		visible, _ := counts(ctx, t, tx, tables, "")
+		for _, table := range tables {
 			if visible[table] != 0 {
 				t.Errorf("%s: %d rows visible on the reused connection", table, visible[table])
 			}
-		}
-	})
-
-	t.Run("a write for tenant A under tenant B's setting is refused", func(t *testing.T) {
-		day := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
-		writes := []struct {
-			table, sql string
-			args       []any
-		}{
-			{"order_details", `INSERT INTO order_details (tenant_id, order_id, customer_id, status, currency, version, created_at) VALUES ($1, 'o-x', 'c-1', 'draft', 'EUR', 1, now())`, nil},
-			{"order_detail_lines", `INSERT INTO order_detail_lines (tenant_id, order_id, product_id, seq, quantity, unit_price, currency, line_total) VALUES ($1, 'o-x', 'p', 1, 1, 1, 'EUR', 1)`, nil},
-			{"order_list", `INSERT INTO order_list (tenant_id, order_id, customer_id, status, currency, created_at, updated_at) VALUES ($1, 'o-x', 'c-1', 'draft', 'EUR', now(), now())`, nil},
-			{"customer_summaries", `INSERT INTO customer_summaries (tenant_id, customer_id, orders, open_orders) VALUES ($1, 'c-x', 1, 1)`, nil},
-			{"customer_paid_totals", `INSERT INTO customer_paid_totals (tenant_id, customer_id, currency, amount) VALUES ($1, 'c-x', 'EUR', 1)`, nil},
-			{"customer_orders", `INSERT INTO customer_orders (tenant_id, order_id, customer_id) VALUES ($1, 'o-x', 'c-x')`, nil},
-			{"daily_revenue", `INSERT INTO daily_revenue (tenant_id, day, currency, amount, orders) VALUES ($1, $2, 'EUR', 1, 1)`, []any{day}},
-		}
-		try := func(pool interface {
-			Begin(context.Context) (pgx.Tx, error)
-		}, sql string, args []any) error {
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, db.SetTenantSQL, tenantB); err != nil {
-				t.Fatal(err)
-			}
-			_, err = tx.Exec(ctx, sql, append([]any{tenantA}, args...)...)
-			return err
-		}
-		for _, w := range writes {
-			// The projector, the only writer of read models: RLS refuses.
-			if err := try(d.Projector, w.sql, w.args); db.SQLState(err) != "42501" {
-				t.Errorf("%s: projector writing tenant A's row under tenant B: %v, want an RLS violation (42501)", w.table, err)
-			}
-			// The application role may not write read models at all.
-			if err := try(d.App, w.sql, w.args); db.SQLState(err) != "42501" {
-				t.Errorf("%s: application role writing: %v, want permission denied (42501)", w.table, err)
-			}
-		}
-		if err := try(d.App, `INSERT INTO admin_audit (tenant_id, subject, action, target) VALUES ($1, 's', 'read', 'x')`, nil); db.SQLState(err) != "42501" {
-			t.Errorf("admin_audit: an audit row for tenant A under tenant B: %v, want an RLS violation", err)
-		}
-		// Updates cannot reach tenant A's rows either.
-		tx, err := d.Projector.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, db.SetTenantSQL, tenantB); err != nil {
-			t.Fatal(err)
-		}
-		ct, err := tx.Exec(ctx, `UPDATE order_details SET status = 'cancelled' WHERE tenant_id = $1`, tenantA)
-		if err != nil || ct.RowsAffected() != 0 {
-			t.Errorf("projector updating tenant A's order under tenant B: %v rows, %v", ct.RowsAffected(), err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE order_details SET tenant_id = $1 WHERE tenant_id = $2`, tenantA, tenantB); db.SQLState(err) != "42501" {
-			t.Errorf("moving tenant B's row to tenant A: %v, want an RLS violation", err)
 		}
 	})
 }

@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/strata-es/strata/commands"
+	"github.com/strata-es/strata/domain/decision"
 	"github.com/strata-es/strata/internal/failpoint"
 )
 
-var (
-	namePattern   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
-	statusPattern = regexp.MustCompile(`^[a-z][a-z_]{0,62}$`)
-)
+var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 
 // New validates def and returns it as a Manager for the runtime.
 func New[S any](def Definition[S]) (Manager, error) {
@@ -92,9 +89,9 @@ type step struct {
 }
 
 // decide runs Decide on the stored state (nil: no instance yet) and encodes
-// the decision. It checks what the runtime relies on: a status label, step
-// keys that are non-empty and unique within the decision, deadline names.
-// A panic (in Decide, or in a payload's MarshalJSON) is an error like any
+// the decision. It checks what the runtime relies on (Decision.Validate: a
+// status label, step keys that are non-empty, unique and short enough,
+// deadline names). A panic (in Decide, or in a payload's MarshalJSON) is an error like any
 // other failing decision: it parks the instance, never the process.
 func (m *manager[S]) decide(stored json.RawMessage, in Input) (out decided, err error) {
 	defer func() {
@@ -114,22 +111,14 @@ func (m *manager[S]) decide(stored json.RawMessage, in Input) (out decided, err 
 	if err != nil {
 		return decided{}, err
 	}
-	if !statusPattern.MatchString(d.Status) {
-		return decided{}, fmt.Errorf("%s decided status %q: want lower-case [a-z_]", m.def.Name, d.Status)
+	if err := d.Validate(); err != nil {
+		return decided{}, fmt.Errorf("%s %w", m.def.Name, err)
 	}
 	out = decided{Status: d.Status, Done: d.Done, Deadlines: d.Deadlines, Cancel: d.Cancel, Note: d.Note}
 	if out.State, err = json.Marshal(d.State); err != nil {
 		return decided{}, fmt.Errorf("encode %s state: %w", m.def.Name, err)
 	}
-	seen := map[string]bool{}
 	add := func(key string, kind StepKind, name string, payload any) error {
-		if key == "" || name == "" {
-			return fmt.Errorf("%s decided a %s without a step key or name", m.def.Name, kind)
-		}
-		if seen[key] {
-			return fmt.Errorf("%s decided step %q twice", m.def.Name, key)
-		}
-		seen[key] = true
 		raw, err := json.Marshal(payload)
 		if err != nil {
 			return fmt.Errorf("encode %s step %q: %w", m.def.Name, key, err)
@@ -147,11 +136,6 @@ func (m *manager[S]) decide(stored json.RawMessage, in Input) (out decided, err 
 			return decided{}, err
 		}
 	}
-	for _, dl := range d.Deadlines {
-		if dl.Name == "" || dl.At.IsZero() {
-			return decided{}, fmt.Errorf("%s decided a deadline without a name or time", m.def.Name)
-		}
-	}
 	return out, nil
 }
 
@@ -161,5 +145,5 @@ func (m *manager[S]) decide(stored json.RawMessage, in Input) (out decided, err 
 // engine's namespace (commands.EngineKeyPrefix), which the HTTP command
 // API refuses to users, so no user can send a step's key first.
 func StepKey(process, instance, stepKey string) string {
-	return commands.EngineKeyPrefix + process + ":" + instance + ":" + stepKey
+	return decision.StepKey(process, instance, stepKey)
 }

@@ -22,10 +22,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"time"
 
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/decision"
 )
 
 // Definition describes one process manager whose instances hold state S.
@@ -53,120 +52,42 @@ type Definition[S any] struct {
 	Decide func(state S, exists bool, in Input) (Decision[S], error)
 }
 
-// Event is a log event as a process sees it: the stored record and its
-// decoded payload.
-type Event struct {
-	event.Record
-	Payload event.Payload
-}
-
-// InputKind says which field of an Input is set.
-type InputKind string
-
-const (
-	// InputEvent: an event of the global log (Input.Event).
-	InputEvent InputKind = "event"
-	// InputOutcome: the outcome of a command or intent the instance issued
-	// (Input.Outcome).
-	InputOutcome InputKind = "outcome"
-	// InputTimeout: a deadline the instance set has fired (Input.Timeout).
-	InputTimeout InputKind = "timeout"
+// The inputs and the decision are package decision's (domain/decision),
+// so that a module's pure domain decides in the runtime's own types: a
+// process.Input is a decision.Input. They are named here too, so that a
+// module's write side that wires the runtime needs one import.
+type (
+	// Event is a log event as a process sees it: the stored record and
+	// its decoded payload.
+	Event = decision.Event
+	// InputKind says which field of an Input is set.
+	InputKind = decision.InputKind
+	// Input is one thing that happened to an instance.
+	Input = decision.Input
+	// Outcome is the definite result of one step the instance issued.
+	Outcome = decision.Outcome
+	// Timeout is a fired deadline.
+	Timeout = decision.Timeout
+	// StepKind distinguishes outgoing commands from intents.
+	StepKind = decision.StepKind
+	// Decision is what Decide returns for one input.
+	Decision[S any] = decision.Decision[S]
+	// Command is an outgoing command on an aggregate.
+	Command = decision.Command
+	// Intent is an outgoing external effect through a Port.
+	Intent = decision.Intent
+	// Deadline asks for an InputTimeout named Name at (or soon after) At.
+	Deadline = decision.Deadline
 )
 
-// Input is one thing that happened to an instance.
-type Input struct {
-	Kind     InputKind
-	Instance string
-	Tenant   domain.TenantID
-	// At is when the input was recorded (the event's recording time, the
-	// outcome's or the firing's commit clock). Decide uses it instead of
-	// the wall clock, so that it stays deterministic.
-	At      time.Time
-	Event   *Event
-	Outcome *Outcome
-	Timeout *Timeout
-}
-
-// Outcome is the definite result of one step the instance issued.
-type Outcome struct {
-	// Step is the step's key as the decision named it.
-	Step string
-	// Kind is StepCommand or StepIntent; Name the command's or port's name.
-	Kind StepKind
-	Name string
-	// OK: the command was applied (or was already in effect) or the intent
-	// succeeded. !OK: a definite refusal (a domain rule said no, the
-	// provider declined); Reason says why.
-	OK     bool
-	Reason string
-	// Result is what the command or port answered (JSON), e.g. the stream
-	// version a command reached or a provider's reference.
-	Result json.RawMessage
-}
-
-// Timeout is a fired deadline.
-type Timeout struct {
-	Name string
-	Due  time.Time
-}
-
-// StepKind distinguishes outgoing commands from intents.
-type StepKind string
-
+// Input kinds and step kinds (decision's).
 const (
-	StepCommand StepKind = "command"
-	StepIntent  StepKind = "intent"
+	InputEvent   = decision.InputEvent
+	InputOutcome = decision.InputOutcome
+	InputTimeout = decision.InputTimeout
+	StepCommand  = decision.StepCommand
+	StepIntent   = decision.StepIntent
 )
-
-// Decision is what Decide returns for one input.
-type Decision[S any] struct {
-	// State is the instance's new state (stored even when unchanged).
-	State S
-	// Status labels the state for operators and metrics ("reserving",
-	// "awaiting_payment", "completed"): lower-case [a-z_].
-	Status string
-	// Done marks the state as terminal: later inputs are still recorded in
-	// the instance's history but Decide is no longer called for them.
-	Done bool
-	// Commands are issued after the decision commits, each once.
-	Commands []Command
-	// Intents are external effects recorded now and executed after commit.
-	Intents []Intent
-	// Deadlines are set (or moved, by name); Cancel cancels by name.
-	Deadlines []Deadline
-	Cancel    []string
-	// Note is a short human-readable line for the instance's history.
-	Note string
-}
-
-// Command is an outgoing command on an aggregate.
-type Command struct {
-	// Step is unique within the instance and deterministic (e.g.
-	// "reserve:SKU-1"): the idempotency key is derived from the process
-	// name, the instance and Step. A step issued twice is dispatched once.
-	Step string
-	// Name is a command name bound with Bind ("inventory.reserve").
-	Name string
-	// Payload is the command's JSON body (marshaled with encoding/json).
-	Payload any
-}
-
-// Intent is an outgoing external effect through a Port.
-type Intent struct {
-	// Step as for Command; the port receives the derived key as its
-	// idempotency key (the provider's Idempotency-Key).
-	Step string
-	// Port names a port given to the runner ("payment").
-	Port string
-	// Payload is the intent's JSON body (amount, currency, order...).
-	Payload any
-}
-
-// Deadline asks for an InputTimeout named Name at (or soon after) At.
-type Deadline struct {
-	Name string
-	At   time.Time
-}
 
 // Rejected marks an error as a definite refusal: the step is not retried
 // and the instance receives an Outcome with OK false. Command errors that

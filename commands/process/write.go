@@ -35,14 +35,6 @@ func asRuntime(m Manager) (runtime, error) {
 	return rt, nil
 }
 
-// Limits on what a decision may name, so that every step's idempotency key
-// fits the store's 255 characters: "pm:" + name (63) + ":" + instance (64)
-// + ":" + step (120).
-const (
-	maxStepKey     = 120
-	maxDeadlineKey = 120
-)
-
 // History kinds (process_history.kind).
 const (
 	histEvent     = "event"
@@ -155,19 +147,12 @@ type poisonError struct{ err error }
 func (p *poisonError) Error() string { return p.err.Error() }
 func (p *poisonError) Unwrap() error { return p.err }
 
-// check refuses what the runtime cannot carry out.
+// check refuses what the runtime cannot carry out: a step whose command or
+// port the runner was not given (the rest, Decision.Validate checked).
 func (w *writer) check(d decided) error {
 	for _, s := range d.Steps {
-		if len(s.Key) > maxStepKey {
-			return fmt.Errorf("%s decided step key %q longer than %d", w.name, s.Key, maxStepKey)
-		}
 		if w.known != nil && !w.known(s.Kind, s.Name) {
 			return fmt.Errorf("%s decided a %s %q that the runner was not given", w.name, s.Kind, s.Name)
-		}
-	}
-	for _, dl := range d.Deadlines {
-		if len(dl.Name) > maxDeadlineKey {
-			return fmt.Errorf("%s decided deadline name %q longer than %d", w.name, dl.Name, maxDeadlineKey)
 		}
 	}
 	return nil

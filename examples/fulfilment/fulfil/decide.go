@@ -1,11 +1,13 @@
 package fulfil
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/strata-es/strata/domain/decision"
 	"github.com/strata-es/strata/examples/orders/order"
 )
 
@@ -17,6 +19,11 @@ var ErrUnknownStep = errors.New("fulfilment: outcome of an unknown step")
 // not an order event the process consumes.
 var ErrUnknownInput = errors.New("fulfilment: unknown input")
 
+// ErrNoCaptureID: a capture succeeded without the provider's capture ID,
+// the reference the order would be paid with; the runtime parks the
+// instance rather than pay without one.
+var ErrNoCaptureID = errors.New("fulfilment: capture outcome without a capture_id")
+
 // Decide is the process: it folds one input into the state and then
 // reconciles, issuing every step the facts now call for that was not
 // issued before. Because each step is guarded by its own state, the same
@@ -26,40 +33,51 @@ var ErrUnknownInput = errors.New("fulfilment: unknown input")
 // A Done state is returned unchanged: the runtime does not give a terminal
 // instance its later events, and a late outcome (a capture answered after
 // its void) needs nothing.
-func (p Process) Decide(s State, exists bool, in Input) (Decision, error) {
+//
+// An error (a foreign input, the outcome of a step never issued) parks the
+// instance: the runtime keeps the decision out.
+func (p Process) Decide(s State, exists bool, in decision.Input) (decision.Decision[State], error) {
+	d, err := p.decide(s, exists, in)
+	if err != nil {
+		return decision.Decision[State]{}, fmt.Errorf("fulfilment of order %s: %w", in.Instance, err)
+	}
+	return d, nil
+}
+
+func (p Process) decide(s State, exists bool, in decision.Input) (decision.Decision[State], error) {
 	s = s.clone()
 	if s.Done {
-		return Decision{State: s, Status: s.Status, Done: true, Note: "terminal: input ignored"}, nil
+		return decision.Decision[State]{State: s, Status: s.Status, Done: true, Note: "terminal: input ignored"}, nil
 	}
 	var note string
 	var err error
 	switch in.Kind {
-	case InputEvent:
+	case decision.InputEvent:
 		if in.Event == nil {
-			return Decision{}, fmt.Errorf("%w: event input without an event", ErrUnknownInput)
+			return decision.Decision[State]{}, fmt.Errorf("%w: event input without an event", ErrUnknownInput)
 		}
 		note, err = s.applyEvent(exists, *in.Event)
-	case InputOutcome:
+	case decision.InputOutcome:
 		if in.Outcome == nil {
-			return Decision{}, fmt.Errorf("%w: outcome input without an outcome", ErrUnknownInput)
+			return decision.Decision[State]{}, fmt.Errorf("%w: outcome input without an outcome", ErrUnknownInput)
 		}
 		note, err = s.applyOutcome(*in.Outcome)
-	case InputTimeout:
+	case decision.InputTimeout:
 		if in.Timeout == nil {
-			return Decision{}, fmt.Errorf("%w: timeout input without a timeout", ErrUnknownInput)
+			return decision.Decision[State]{}, fmt.Errorf("%w: timeout input without a timeout", ErrUnknownInput)
 		}
 		note = s.applyTimeout(*in.Timeout)
 	default:
-		return Decision{}, fmt.Errorf("%w: kind %q", ErrUnknownInput, in.Kind)
+		return decision.Decision[State]{}, fmt.Errorf("%w: kind %q", ErrUnknownInput, in.Kind)
 	}
 	if err != nil {
-		return Decision{}, err
+		return decision.Decision[State]{}, err
 	}
-	d := Decision{}
+	d := decision.Decision[State]{}
 	if s.Untracked {
 		s.Status, s.Done = StatusUntracked, true
 	} else {
-		p.reconcile(&s, &d)
+		p.reconcile(&s, &d, in.Instance)
 		s.Status, s.Done = s.status()
 	}
 	d.State, d.Status, d.Done, d.Note = s, s.Status, s.Done, note
@@ -67,7 +85,7 @@ func (p Process) Decide(s State, exists bool, in Input) (Decision, error) {
 }
 
 // applyEvent folds an order event into the state.
-func (s *State) applyEvent(exists bool, ev Event) (string, error) {
+func (s *State) applyEvent(exists bool, ev decision.Event) (string, error) {
 	if exists && ev.Version <= s.Version {
 		return fmt.Sprintf("duplicate event (version %d, at %d): ignored", ev.Version, s.Version), nil
 	}
@@ -114,8 +132,9 @@ func (s *State) applyEvent(exists bool, ev Event) (string, error) {
 }
 
 // applyOutcome records a step's outcome. An outcome for a step that is not
-// pending (delivered twice) changes nothing.
-func (s *State) applyOutcome(o Outcome) (string, error) {
+// pending (delivered twice) changes nothing. A capture's carries the
+// provider's capture ID (Captured), the order's payment reference.
+func (s *State) applyOutcome(o decision.Outcome) (string, error) {
 	st, ok := s.step(o.Step)
 	if !ok {
 		return "", fmt.Errorf("%w: %q", ErrUnknownStep, o.Step)
@@ -124,10 +143,14 @@ func (s *State) applyOutcome(o Outcome) (string, error) {
 		return fmt.Sprintf("outcome of %s again (it is %s): ignored", o.Step, *st), nil
 	}
 	if o.OK {
-		*st = StepOK
 		if o.Step == StepCapture {
-			s.CaptureRef = o.Reference
+			var c Captured
+			if err := json.Unmarshal(o.Result, &c); err != nil || c.CaptureID == "" {
+				return "", fmt.Errorf("%w: %s", ErrNoCaptureID, o.Result)
+			}
+			s.CaptureRef = c.CaptureID
 		}
+		*st = StepOK
 		return o.Step + ": ok", nil
 	}
 	*st = StepRefused
@@ -135,7 +158,7 @@ func (s *State) applyOutcome(o Outcome) (string, error) {
 	return o.Step + " refused: " + o.Reason, nil
 }
 
-func (s *State) applyTimeout(t Timeout) string {
+func (s *State) applyTimeout(t decision.Timeout) string {
 	if t.Name != DeadlinePayment {
 		return "unknown deadline " + t.Name + ": ignored"
 	}

@@ -2,14 +2,14 @@ package fulfil_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/commands/process/processtest"
+	"github.com/strata-es/strata/domain/decision"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples/fulfilment/fulfil"
 	"github.com/strata-es/strata/examples/orders/order"
@@ -22,18 +22,12 @@ var (
 	http    = fulfil.Process{PaymentTimeout: timeout, CapturePayments: true}
 )
 
-// Inputs. Events get stream versions in the order they are given (the
-// runner below numbers them); again repeats the previous event with its
-// version, as a redelivery would.
-type in struct {
-	fulfil.Input
-	again bool
-}
+// Inputs, completed by the process kit as the runtime would (the order
+// stream's versions in the order given, each a second after the last);
+// again repeats the previous input, as a redelivery would.
+type in = processtest.Input
 
-func evt(p event.Payload) in {
-	return in{Input: fulfil.Input{Kind: fulfil.InputEvent, Event: &fulfil.Event{Payload: p}}}
-}
-
+func evt(p event.Payload) in { return processtest.Event(p) }
 func created() in {
 	return evt(order.Created{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR", At: t0})
 }
@@ -48,21 +42,14 @@ func paid(ref string) in {
 func cancelled(reason string) in {
 	return evt(order.Cancelled{OrderID: "o-1", Reason: reason, At: t0.Add(2 * time.Minute)})
 }
-func again() in { return in{again: true} }
-
-func ok(step string) in {
-	return in{Input: fulfil.Input{Kind: fulfil.InputOutcome, Outcome: &fulfil.Outcome{Step: step, OK: true}}}
-}
-func no(step string) in {
-	return in{Input: fulfil.Input{Kind: fulfil.InputOutcome, Outcome: &fulfil.Outcome{Step: step, Reason: "rejected: no"}}}
-}
+func again() in         { return processtest.Again() }
+func ok(step string) in { return processtest.OK(step, nil) }
+func no(step string) in { return processtest.Refused(step, "rejected: no") }
 func captured(ref string) in {
-	return in{Input: fulfil.Input{Kind: fulfil.InputOutcome, Outcome: &fulfil.Outcome{Step: "capture", OK: true, Reference: ref}}}
+	return processtest.OK(fulfil.StepCapture, fulfil.Captured{CaptureID: ref})
 }
-func declined() in { return no("capture") }
-func deadline() in {
-	return in{Input: fulfil.Input{Kind: fulfil.InputTimeout, Timeout: &fulfil.Timeout{Name: "payment"}}}
-}
+func declined() in { return no(fulfil.StepCapture) }
+func deadline() in { return processtest.Fired(fulfil.DeadlinePayment) }
 
 func eur(n int64) order.Money { return order.Money{Amount: n, Currency: "EUR"} }
 
@@ -77,71 +64,59 @@ var (
 
 func cat(parts ...[]in) []in { return slices.Concat(parts...) }
 
-// run folds the inputs through Decide as the runtime does (state through
-// JSON, Done instances not decided) and returns the last decision.
-func run(t *testing.T, p fulfil.Process, inputs []in) fulfil.Decision {
-	t.Helper()
-	var raw []byte
-	var last fulfil.Decision
-	var version int64
-	var prev fulfil.Input
-	for i, x := range inputs {
-		input := x.Input
-		if x.again {
-			input = prev
-		} else if input.Kind == fulfil.InputEvent {
-			version++
-			e := *input.Event
-			e.Version = version
-			input.Event = &e
-		}
-		input.At = t0.Add(time.Duration(i) * time.Second)
-		prev = input
-		var s fulfil.State
-		if raw != nil {
-			if err := json.Unmarshal(raw, &s); err != nil {
-				t.Fatal(err)
-			}
-		}
-		d, err := p.Decide(s, raw != nil, input)
-		if err != nil {
-			t.Fatalf("input %d: %v", i+1, err)
-		}
-		if again, _ := p.Decide(s, raw != nil, input); !reflect.DeepEqual(again, d) {
-			t.Fatalf("input %d: Decide is not deterministic:\n%+v\n%+v", i+1, d, again)
-		}
-		var err2 error
-		if raw, err2 = json.Marshal(d.State); err2 != nil {
-			t.Fatal(err2)
-		}
-		last = d
-	}
-	return last
+// scenario is one order's instance of p, decided by the process kit: the
+// state through JSON, the events through the order module's codecs,
+// Decide called twice per input (it must be deterministic), nothing
+// decided once Done.
+func scenario(t testing.TB, p fulfil.Process) *processtest.Scenario[fulfil.State] {
+	return processtest.For(t, p.Decide).Instance("o-1").Stream(order.StreamID("o-1")).Codecs(order.Registry).At(t0)
 }
 
+// run folds the inputs and returns the last decision.
+func run(t *testing.T, p fulfil.Process, inputs []in) decision.Decision[fulfil.State] {
+	t.Helper()
+	d, err := scenario(t, p).Given(inputs[:len(inputs)-1]...).When(inputs[len(inputs)-1]).Decision()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// captureKey is the capture step's idempotency key, which a void names.
+var captureKey = decision.StepKey(fulfil.Name, "o-1", fulfil.StepCapture)
+
 // effects renders a decision's effects, one short line each.
-func effects(d fulfil.Decision) []string {
+func effects(d decision.Decision[fulfil.State]) []string {
 	var out []string
 	for _, c := range d.Commands {
 		s := c.Step + " " + c.Name
-		switch c.Name {
-		case fulfil.CommandReserve:
-			s += fmt.Sprintf(" %s x%d for %s", c.SKU, c.Quantity, c.OrderID)
-		case fulfil.CommandRelease, fulfil.CommandCommit:
-			s += fmt.Sprintf(" %s for %s", c.SKU, c.OrderID)
-		case fulfil.CommandPay:
-			s += " ref " + c.Reference
-		case fulfil.CommandCancel:
-			s += " reason " + c.Reason
+		switch p := c.Payload.(type) {
+		case fulfil.ReserveStock:
+			s += fmt.Sprintf(" %s x%d for %s", p.SKU, p.Quantity, p.ReservationID)
+		case fulfil.ReleaseStock:
+			s += fmt.Sprintf(" %s for %s", p.SKU, p.ReservationID)
+		case fulfil.CommitStock:
+			s += fmt.Sprintf(" %s for %s", p.SKU, p.ReservationID)
+		case fulfil.PayOrder:
+			s += " ref " + p.PaymentReference
+		case fulfil.CancelOrder:
+			s += " reason " + p.Reason
+		default:
+			s += fmt.Sprintf(" %T", p)
 		}
 		out = append(out, s)
 	}
 	for _, i := range d.Intents {
-		switch {
-		case i.Capture != nil:
-			out = append(out, fmt.Sprintf("%s %s capture %d %s of %s", i.Step, i.Port, i.Capture.Amount.Amount, i.Capture.Amount.Currency, i.Capture.OrderID))
-		case i.Void != nil:
-			out = append(out, fmt.Sprintf("%s %s void %s of %s", i.Step, i.Port, i.Void.CaptureStep, i.Void.OrderID))
+		p := i.Payload.(fulfil.Payment)
+		switch p.Op {
+		case fulfil.PaymentCapture:
+			out = append(out, fmt.Sprintf("%s %s capture %d %s of %s", i.Step, i.Port, p.Amount, p.Currency, p.OrderID))
+		case fulfil.PaymentVoid:
+			voided := p.CaptureKey
+			if voided == captureKey {
+				voided = fulfil.StepCapture
+			}
+			out = append(out, fmt.Sprintf("%s %s void %s of %s", i.Step, i.Port, voided, p.OrderID))
 		}
 	}
 	for _, dl := range d.Deadlines {
@@ -168,7 +143,10 @@ func check(t *testing.T, tests []transition) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d := run(t, tt.p, append(slices.Clone(tt.given), tt.when))
+			d, err := scenario(t, tt.p).Given(tt.given...).When(tt.when).Decision()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if d.Status != tt.status || d.Done != tt.done {
 				t.Errorf("status %s (done %v), want %s (done %v); note %q", d.Status, d.Done, tt.status, tt.done, d.Note)
 			}
@@ -207,6 +185,26 @@ func TestDecide_Flow(t *testing.T) {
 		{name: "all committed: completed", p: manual, given: cat(held2, []in{paid("r"), ok("commit:a")}), when: ok("commit:b"),
 			status: "completed", done: true},
 	})
+}
+
+// The steps as the runtime stores and dispatches them: each payload's JSON
+// is what the bound command (or the payment port) decodes.
+func TestDecide_Payloads(t *testing.T) {
+	t.Parallel()
+	scenario(t, http).Given(draft2...).When(placed()).Then(processtest.Want{Status: "reserving",
+		Commands: []decision.Command{
+			{Step: "reserve:a", Name: "inventory.reserve", Payload: map[string]any{"sku": "a", "reservation_id": "o-1", "quantity": 2}},
+			{Step: "reserve:b", Name: "inventory.reserve", Payload: map[string]any{"sku": "b", "reservation_id": "o-1", "quantity": 3}},
+		},
+		Deadlines: []decision.Deadline{{Name: "payment", At: t0.Add(16 * time.Minute)}}})
+	scenario(t, http).Given(placed2...).Given(ok("reserve:a")).When(ok("reserve:b")).Then(processtest.Want{Status: "awaiting_payment",
+		Intents: []decision.Intent{{Step: "capture", Port: "payment", Payload: map[string]any{"op": "capture", "order_id": "o-1", "amount": 500, "currency": "EUR"}}}})
+	scenario(t, http).Given(capturing...).When(captured("cap-1")).Then(processtest.Want{Status: "paying",
+		Commands: []decision.Command{{Step: "pay", Name: "order.pay", Payload: map[string]any{"order_id": "o-1", "payment_reference": "cap-1"}}}})
+	scenario(t, http).Given(capturing...).When(deadline()).Then(processtest.Want{Status: "voiding",
+		Intents: []decision.Intent{{Step: "void", Port: "payment", Payload: map[string]any{"op": "void", "order_id": "o-1", "capture_key": "pm:fulfilment:o-1:capture"}}}})
+	scenario(t, manual).Given(held2...).When(deadline()).Then(processtest.Want{Status: "cancelling",
+		Commands: []decision.Command{{Step: "cancel", Name: "order.cancel", Payload: map[string]any{"order_id": "o-1", "reason": "payment_timeout"}}}})
 }
 
 // Compensation: out of stock, declines, cancels, the deadline.
@@ -339,21 +337,16 @@ func TestDecide_Races(t *testing.T) {
 
 func TestDecide_Errors(t *testing.T) {
 	t.Parallel()
-	var s fulfil.State
-	d := run(t, manual, placed2)
-	s = d.State
-	_, err := manual.Decide(s, true, fulfil.Input{Kind: fulfil.InputOutcome, Outcome: &fulfil.Outcome{Step: "reserve:zzz", OK: true}})
-	if !errors.Is(err, fulfil.ErrUnknownStep) {
-		t.Errorf("outcome of a step never issued: %v, want ErrUnknownStep", err)
-	}
-	_, err = manual.Decide(s, true, fulfil.Input{Kind: "bogus"})
-	if !errors.Is(err, fulfil.ErrUnknownInput) {
-		t.Errorf("unknown input kind: %v, want ErrUnknownInput", err)
-	}
-	_, err = manual.Decide(s, true, fulfil.Input{Kind: fulfil.InputEvent, Event: &fulfil.Event{Version: 9, Payload: foreign{}}})
-	if !errors.Is(err, fulfil.ErrUnknownInput) {
-		t.Errorf("foreign payload: %v, want ErrUnknownInput", err)
-	}
+	raw := func(x decision.Input) in { return processtest.Raw(x) }
+	scenario(t, manual).Given(placed2...).When(raw(decision.Input{Kind: decision.InputOutcome, Outcome: &decision.Outcome{Step: "reserve:zzz", OK: true}})).
+		ThenError(fulfil.ErrUnknownStep)
+	scenario(t, manual).Given(placed2...).When(raw(decision.Input{Kind: "bogus"})).ThenError(fulfil.ErrUnknownInput)
+	// A foreign event has no codec in the order module's registry.
+	processtest.For(t, manual.Decide).Instance("o-1").Given(placed2...).When(evt(foreign{})).ThenError(fulfil.ErrUnknownInput)
+	// A capture's outcome without the provider's capture ID cannot be
+	// paid with: the instance parks rather than pay with no reference.
+	scenario(t, http).Given(capturing...).When(processtest.OK(fulfil.StepCapture, map[string]string{"status": "captured"})).
+		ThenError(fulfil.ErrNoCaptureID)
 }
 
 // Decide never aliases the state it was given.
@@ -361,7 +354,7 @@ func TestDecide_DoesNotMutateItsInput(t *testing.T) {
 	t.Parallel()
 	s := run(t, manual, placed2).State
 	before, _ := json.Marshal(s)
-	if _, err := manual.Decide(s, true, ok("reserve:a").Input); err != nil {
+	if _, err := manual.Decide(s, true, decision.Input{Kind: decision.InputOutcome, Instance: "o-1", Outcome: &decision.Outcome{Step: "reserve:a", OK: true}}); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := json.Marshal(s)

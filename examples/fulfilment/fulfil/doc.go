@@ -9,9 +9,13 @@
 // the order when it is ours to cancel) when it is cancelled, out of stock,
 // declined or late.
 //
-// It imports the standard library, domain/event and examples/orders/order (the event
-// types it consumes); the engine's process runtime (commands/process) is
-// reached through examples/fulfilment/fulfilcmd, which adapts Process.Decide to a
-// process.Definition. Decide never reads the clock: times come from the
-// inputs, so a decision replays identically.
+// It imports the standard library, domain/event, domain/decision (the
+// process-manager vocabulary: Decide takes a decision.Input and returns a
+// decision.Decision, the runtime's own types) and examples/orders/order
+// (the event types it consumes). The commands it issues are named and
+// carried as JSON payloads of their commands' shape, so it imports no
+// other module's write side; examples/fulfilment/fulfilcmd hands Decide to
+// the engine's runtime (commands/process) and binds the commands. Decide
+// never reads the clock: times come from the inputs, so a decision replays
+// identically.
 package fulfil

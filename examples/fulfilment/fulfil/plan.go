@@ -1,5 +1,7 @@
 package fulfil
 
+import "github.com/strata-es/strata/domain/decision"
+
 // reconcile issues the steps the facts call for that were not issued yet.
 // It is the whole flow, written as "given what is known, what must happen
 // next", so that any order of inputs ends in the same place:
@@ -15,19 +17,20 @@ package fulfil
 //     cancels; a passed deadline voids an outstanding capture and then
 //     cancels; every line held starts the capture (http), a capture turns
 //     into order.pay, a decline into a cancel.
-func (p Process) reconcile(s *State, d *Decision) {
+func (p Process) reconcile(s *State, d *decision.Decision[State], instance string) {
 	if !s.Placed {
 		return
 	}
 	if s.Deadline.IsZero() {
 		s.Deadline = s.PlacedAt.Add(p.PaymentTimeout)
-		d.Deadlines = append(d.Deadlines, Deadline{Name: DeadlinePayment, At: s.Deadline})
+		d.Deadlines = append(d.Deadlines, decision.Deadline{Name: DeadlinePayment, At: s.Deadline})
 	}
 	for i := range s.Reservations {
 		r := &s.Reservations[i]
 		if r.Reserve == StepNone {
 			r.Reserve = StepPending
-			d.Commands = append(d.Commands, Command{Step: StepReserve(r.SKU), Name: CommandReserve, OrderID: s.OrderID, SKU: r.SKU, Quantity: r.Quantity})
+			d.Commands = append(d.Commands, decision.Command{Step: StepReserve(r.SKU), Name: CommandReserve,
+				Payload: ReserveStock{SKU: r.SKU, ReservationID: s.OrderID, Quantity: r.Quantity}})
 		}
 	}
 	resolved, held, refused := s.reservations()
@@ -37,7 +40,7 @@ func (p Process) reconcile(s *State, d *Decision) {
 	captureLive := s.Capture == StepPending || s.Capture == StepOK
 	ourPayment := s.Paid && s.Capture == StepOK && s.PaymentReference == s.CaptureRef
 	if captureLive && s.Void == StepNone && (s.Cancelled || s.Paid && !ourPayment) {
-		p.void(s, d)
+		p.void(s, d, instance)
 	}
 
 	switch {
@@ -62,7 +65,7 @@ func (p Process) reconcile(s *State, d *Decision) {
 		case captureLive:
 			switch s.Void {
 			case StepNone:
-				p.void(s, d)
+				p.void(s, d, instance)
 			case StepOK:
 				s.cancel(ReasonPaymentTimeout, d)
 			case StepRefused:
@@ -76,7 +79,8 @@ func (p Process) reconcile(s *State, d *Decision) {
 	case held == len(s.Reservations):
 		if p.CapturePayments && s.Capture == StepNone {
 			s.Capture = StepPending
-			d.Intents = append(d.Intents, Intent{Step: StepCapture, Port: PortPayment, Capture: &Capture{OrderID: s.OrderID, Amount: s.Total}})
+			d.Intents = append(d.Intents, decision.Intent{Step: StepCapture, Port: PortPayment,
+				Payload: Payment{Op: PaymentCapture, OrderID: s.OrderID, Amount: s.Total.Amount, Currency: s.Total.Currency}})
 		}
 		if s.Void == StepNone {
 			s.pay(d)
@@ -94,46 +98,50 @@ func (p Process) reconcile(s *State, d *Decision) {
 	}
 }
 
-func (p Process) void(s *State, d *Decision) {
+// void voids our capture, named by its idempotency key: the provider
+// refuses a capture under a voided key from then on, so a void may run
+// before the capture it voids.
+func (p Process) void(s *State, d *decision.Decision[State], instance string) {
 	s.Void = StepPending
-	d.Intents = append(d.Intents, Intent{Step: StepVoid, Port: PortPayment, Void: &Void{OrderID: s.OrderID, CaptureStep: StepCapture}})
+	d.Intents = append(d.Intents, decision.Intent{Step: StepVoid, Port: PortPayment,
+		Payload: Payment{Op: PaymentVoid, OrderID: s.OrderID, CaptureKey: decision.StepKey(Name, instance, StepCapture)}})
 }
 
 // pay records a capture the provider made as the order's payment.
-func (s *State) pay(d *Decision) {
+func (s *State) pay(d *decision.Decision[State]) {
 	if s.Capture != StepOK || s.Pay != StepNone {
 		return
 	}
 	s.Pay = StepPending
-	d.Commands = append(d.Commands, Command{Step: StepPay, Name: CommandPay, OrderID: s.OrderID, Reference: s.CaptureRef})
+	d.Commands = append(d.Commands, decision.Command{Step: StepPay, Name: CommandPay, Payload: PayOrder{OrderID: s.OrderID, PaymentReference: s.CaptureRef}})
 }
 
-func (s *State) cancel(reason string, d *Decision) {
+func (s *State) cancel(reason string, d *decision.Decision[State]) {
 	if s.Cancel != StepNone {
 		return
 	}
 	s.Cancel, s.CancelAsked = StepPending, reason
-	d.Commands = append(d.Commands, Command{Step: StepCancel, Name: CommandCancel, OrderID: s.OrderID, Reason: reason})
+	d.Commands = append(d.Commands, decision.Command{Step: StepCancel, Name: CommandCancel, Payload: CancelOrder{OrderID: s.OrderID, Reason: reason}})
 }
 
-func (s *State) commit(i int, d *Decision) {
+func (s *State) commit(i int, d *decision.Decision[State]) {
 	r := &s.Reservations[i]
 	if r.Commit != StepNone {
 		return
 	}
 	r.Commit = StepPending
-	d.Commands = append(d.Commands, Command{Step: StepCommit(r.SKU), Name: CommandCommit, OrderID: s.OrderID, SKU: r.SKU})
+	d.Commands = append(d.Commands, decision.Command{Step: StepCommit(r.SKU), Name: CommandCommit, Payload: CommitStock{SKU: r.SKU, ReservationID: s.OrderID}})
 }
 
 // releaseHeld releases every reservation that succeeded and is not
 // released yet. One still outstanding is released once it succeeds (the
 // next reconcile after its outcome).
-func (s *State) releaseHeld(d *Decision) {
+func (s *State) releaseHeld(d *decision.Decision[State]) {
 	for i := range s.Reservations {
 		r := &s.Reservations[i]
 		if r.Reserve == StepOK && r.Release == StepNone && r.Commit == StepNone {
 			r.Release = StepPending
-			d.Commands = append(d.Commands, Command{Step: StepRelease(r.SKU), Name: CommandRelease, OrderID: s.OrderID, SKU: r.SKU})
+			d.Commands = append(d.Commands, decision.Command{Step: StepRelease(r.SKU), Name: CommandRelease, Payload: ReleaseStock{SKU: r.SKU, ReservationID: s.OrderID}})
 		}
 	}
 }

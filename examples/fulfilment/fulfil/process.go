@@ -3,6 +3,7 @@ package fulfil
 import (
 	"time"
 
+	"github.com/strata-es/strata/domain/decision"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples/orders/order"
 )
@@ -92,96 +93,69 @@ type Process struct {
 	CapturePayments bool
 }
 
-// InputKind says which field of an Input is set.
-type InputKind string
-
-const (
-	InputEvent   InputKind = "event"
-	InputOutcome InputKind = "outcome"
-	InputTimeout InputKind = "timeout"
+// The payloads of the commands the process issues: each has the JSON of
+// the command it is bound to (examples/inventory/stockcmd's Reserve,
+// Release and Commit; examples/orders/ordercmd's PayOrder and
+// CancelOrder), which process.Bind decodes with unknown fields refused.
+// The process speaks to the other modules' write sides the way a client of
+// their HTTP routes does, by name and JSON, so its domain imports none of
+// them (examples/fulfilment/fulfilcmd's tests hold each payload to its
+// command's type).
+type (
+	// ReserveStock is inventory.reserve: Quantity of SKU held under the
+	// order's ID as the reservation's.
+	ReserveStock struct {
+		SKU           string `json:"sku"`
+		ReservationID string `json:"reservation_id"`
+		Quantity      int64  `json:"quantity"`
+	}
+	// ReleaseStock is inventory.release of the order's reservation of SKU.
+	ReleaseStock struct {
+		SKU           string `json:"sku"`
+		ReservationID string `json:"reservation_id"`
+	}
+	// CommitStock is inventory.commit of the order's reservation of SKU.
+	CommitStock struct {
+		SKU           string `json:"sku"`
+		ReservationID string `json:"reservation_id"`
+	}
+	// PayOrder is order.pay with the provider's reference.
+	PayOrder struct {
+		OrderID          string `json:"order_id"`
+		PaymentReference string `json:"payment_reference"`
+	}
+	// CancelOrder is order.cancel with the process's reason.
+	CancelOrder struct {
+		OrderID string `json:"order_id"`
+		Reason  string `json:"reason"`
+	}
 )
 
-// Input is one thing that happened to an instance (examples/fulfilment/fulfilcmd
-// translates the runtime's process.Input).
-type Input struct {
-	Kind    InputKind
-	At      time.Time
-	Event   *Event
-	Outcome *Outcome
-	Timeout *Timeout
+// Payment is an intent's payload on the payment port (the JSON of
+// fulfilcmd/payhttp's Request): a capture of Amount (minor units) of
+// Currency for OrderID, or a void of the capture whose idempotency key is
+// CaptureKey.
+type Payment struct {
+	Op       string `json:"op"` // PaymentCapture or PaymentVoid
+	OrderID  string `json:"order_id"`
+	Amount   int64  `json:"amount,omitempty"`
+	Currency string `json:"currency,omitempty"`
+	// CaptureKey (void) is the capture step's idempotency key
+	// (decision.StepKey), as the runtime passed it to the capture: a void
+	// asked for before the capture ran still names it.
+	CaptureKey string `json:"capture_key,omitempty"`
 }
 
-// Event is an order event of the instance's stream.
-type Event struct {
-	// Version is the event's version in the order stream: an event at or
-	// below the last one applied is a duplicate and changes nothing.
-	Version int64
-	Payload event.Payload
-}
+// Payment operations.
+const (
+	PaymentCapture = "capture"
+	PaymentVoid    = "void"
+)
 
-// Outcome is the definite result of a step the instance issued.
-type Outcome struct {
-	Step   string
-	OK     bool
-	Reason string
-	// Reference is the provider's capture ID (capture step only).
-	Reference string
-}
-
-// Timeout is a fired deadline.
-type Timeout struct{ Name string }
-
-// Decision is what Decide returns for one input.
-type Decision struct {
-	State     State
-	Status    string
-	Done      bool
-	Commands  []Command
-	Intents   []Intent
-	Deadlines []Deadline
-	Cancel    []string
-	Note      string
-}
-
-// Command is an outgoing command on an inventory item or the order. The
-// fields a command does not use are empty.
-type Command struct {
-	Step      string
-	Name      string // CommandReserve, ...
-	OrderID   string // the order; the reservation ID of inventory commands
-	SKU       string
-	Quantity  int64
-	Reference string // order.pay: the provider's reference
-	Reason    string // order.cancel
-}
-
-// Intent is an outgoing call on the payment port: a capture or a void.
-type Intent struct {
-	Step    string
-	Port    string
-	Capture *Capture
-	Void    *Void
-}
-
-// Capture asks the provider to take Amount for OrderID. The provider's
-// idempotency key is the capture step's key.
-type Capture struct {
-	OrderID string
-	Amount  order.Money
-}
-
-// Void asks the provider to void the capture issued as step CaptureStep
-// (its key): a capture not made yet is refused from then on, one made is
-// reversed.
-type Void struct {
-	OrderID     string
-	CaptureStep string
-}
-
-// Deadline asks for a Timeout named Name at At.
-type Deadline struct {
-	Name string
-	At   time.Time
+// Captured is what the payment port answers a capture with: the provider's
+// capture ID, the order's payment reference.
+type Captured struct {
+	CaptureID string `json:"capture_id"`
 }
 
 // State is one instance: what the order's events said, and where every
@@ -241,8 +215,9 @@ func EventTypes() []string {
 
 // Correlate names the instance of an order stream's event: the order's ID,
 // following the order's stream. ok is false for any other stream.
-func Correlate(stream string) (instance string, ok bool) {
-	return order.OrderIDFromStream(stream)
+func Correlate(ev decision.Event) (instance, stream string, ok bool) {
+	id, ok := order.OrderIDFromStream(ev.Stream)
+	return id, ev.Stream, ok
 }
 
 // Codecs are the module's event types: none. The process consumes the

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/domain/decision"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples/fulfilment/fulfil"
 	"github.com/strata-es/strata/examples/inventory/stock"
@@ -29,16 +30,15 @@ type world struct {
 	now    time.Time
 	order  *order.Order
 	items  map[string]*stock.Item
-	log    []fulfil.Event // the order stream, not yet delivered from next
+	log    []decision.Event // the order stream, not yet delivered from next
 	next   int
-	issued []fulfil.Decision
-	toRun  []step           // issued, not yet executed
-	toTell []fulfil.Outcome // executed, outcome not yet delivered
-	told   []fulfil.Input   // delivered, for redelivery (duplicates)
+	toRun  []step             // issued, not yet executed
+	toTell []decision.Outcome // executed, outcome not yet delivered
+	told   []decision.Input   // delivered, for redelivery (duplicates)
 
 	deadlineSet, deadlineFired, deadlineCancelled bool
 
-	// The provider, by key (the step).
+	// The provider, by idempotency key.
 	captured, voided, declinedKeys map[string]bool
 	declineRate                    float64
 	customerPays, customerCancels  float64
@@ -50,8 +50,8 @@ type world struct {
 }
 
 type step struct {
-	cmd    *fulfil.Command
-	intent *fulfil.Intent
+	cmd    *decision.Command
+	intent *decision.Intent
 }
 
 func newWorld(t *testing.T, seed uint64, p fulfil.Process) *world {
@@ -83,7 +83,7 @@ func (w *world) orderDo(evs []event.Payload, err error) error {
 		if err := w.order.Apply(e); err != nil {
 			w.t.Fatal(err)
 		}
-		w.log = append(w.log, fulfil.Event{Version: w.order.Version, Payload: e})
+		w.log = append(w.log, decision.Event{Record: event.Record{Version: w.order.Version}, Payload: e})
 	}
 	return nil
 }
@@ -106,29 +106,31 @@ func (w *world) itemDo(sku string, decide func(*stock.Item) ([]event.Payload, er
 func (w *world) execute(s step) {
 	at := w.tick()
 	var err error
-	var o fulfil.Outcome
+	var o decision.Outcome
 	if c := s.cmd; c != nil {
 		o.Step = c.Step
-		switch c.Name {
-		case fulfil.CommandReserve:
-			err = w.itemDo(c.SKU, func(it *stock.Item) ([]event.Payload, error) { return it.Reserve(c.SKU, c.OrderID, c.Quantity, at) })
-		case fulfil.CommandRelease:
-			err = w.itemDo(c.SKU, func(it *stock.Item) ([]event.Payload, error) { return it.Release(c.SKU, c.OrderID, at) })
-		case fulfil.CommandCommit:
-			err = w.itemDo(c.SKU, func(it *stock.Item) ([]event.Payload, error) { return it.Commit(c.SKU, c.OrderID, at) })
-		case fulfil.CommandPay:
-			err = w.orderDo(w.order.Pay(c.Reference, at))
-		case fulfil.CommandCancel:
-			err = w.orderDo(w.order.Cancel(c.Reason, at))
+		switch p := c.Payload.(type) {
+		case fulfil.ReserveStock:
+			err = w.itemDo(p.SKU, func(it *stock.Item) ([]event.Payload, error) {
+				return it.Reserve(p.SKU, p.ReservationID, p.Quantity, at)
+			})
+		case fulfil.ReleaseStock:
+			err = w.itemDo(p.SKU, func(it *stock.Item) ([]event.Payload, error) { return it.Release(p.SKU, p.ReservationID, at) })
+		case fulfil.CommitStock:
+			err = w.itemDo(p.SKU, func(it *stock.Item) ([]event.Payload, error) { return it.Commit(p.SKU, p.ReservationID, at) })
+		case fulfil.PayOrder:
+			err = w.orderDo(w.order.Pay(p.PaymentReference, at))
+		case fulfil.CancelOrder:
+			err = w.orderDo(w.order.Cancel(p.Reason, at))
 		default:
-			w.t.Fatalf("unknown command %s", c.Name)
+			w.t.Fatalf("unknown command %s (%T)", c.Name, c.Payload)
 		}
 	} else {
 		i := s.intent
 		o.Step = i.Step
-		switch {
-		case i.Capture != nil:
-			key := i.Step
+		switch p := i.Payload.(fulfil.Payment); p.Op {
+		case fulfil.PaymentCapture:
+			key := decision.StepKey(fulfil.Name, "o-1", i.Step)
 			switch {
 			case w.voided[key] || w.declinedKeys[key]:
 				err = fmt.Errorf("declined")
@@ -138,10 +140,12 @@ func (w *world) execute(s step) {
 				err = fmt.Errorf("declined")
 			default:
 				w.captured[key] = true
-				o.Reference = "cap-" + key
 			}
-		case i.Void != nil:
-			w.voided[i.Void.CaptureStep] = true // voids a capture, tombstones a key not captured
+			if err == nil {
+				o.Result, _ = json.Marshal(fulfil.Captured{CaptureID: "cap-" + i.Step})
+			}
+		case fulfil.PaymentVoid:
+			w.voided[p.CaptureKey] = true // voids a capture, tombstones a key not captured
 		}
 	}
 	o.OK = err == nil
@@ -153,11 +157,11 @@ func (w *world) execute(s step) {
 }
 
 // decide gives the instance one input, as the runtime does.
-func (w *world) decide(in fulfil.Input) {
+func (w *world) decide(in decision.Input) {
 	if w.done {
 		return
 	}
-	in.At = w.tick()
+	in.Instance, in.At = "o-1", w.tick()
 	// Through JSON, as the runtime stores it.
 	raw, err := json.Marshal(w.state)
 	if err != nil {
@@ -190,11 +194,11 @@ func (w *world) decide(in fulfil.Input) {
 	}
 }
 
-func describe(in fulfil.Input) string {
+func describe(in decision.Input) string {
 	switch in.Kind {
-	case fulfil.InputEvent:
+	case decision.InputEvent:
 		return fmt.Sprintf("event v%d %T", in.Event.Version, in.Event.Payload)
-	case fulfil.InputOutcome:
+	case decision.InputOutcome:
 		return fmt.Sprintf("outcome %s ok=%v", in.Outcome.Step, in.Outcome.OK)
 	}
 	return "timeout " + in.Timeout.Name
@@ -208,7 +212,7 @@ func (w *world) step() bool {
 		acts = append(acts, func() {
 			e := w.log[w.next]
 			w.next++
-			w.decide(fulfil.Input{Kind: fulfil.InputEvent, Event: &e})
+			w.decide(decision.Input{Kind: decision.InputEvent, Event: &e})
 		})
 	}
 	if len(w.toRun) > 0 {
@@ -224,13 +228,13 @@ func (w *world) step() bool {
 			i := w.rng.IntN(len(w.toTell))
 			o := w.toTell[i]
 			w.toTell = slices.Delete(w.toTell, i, i+1)
-			w.decide(fulfil.Input{Kind: fulfil.InputOutcome, Outcome: &o})
+			w.decide(decision.Input{Kind: decision.InputOutcome, Outcome: &o})
 		})
 	}
 	if w.deadlineSet && !w.deadlineFired && !w.deadlineCancelled {
 		acts = append(acts, func() {
 			w.deadlineFired = true
-			w.decide(fulfil.Input{Kind: fulfil.InputTimeout, Timeout: &fulfil.Timeout{Name: fulfil.DeadlinePayment}})
+			w.decide(decision.Input{Kind: decision.InputTimeout, Timeout: &decision.Timeout{Name: fulfil.DeadlinePayment}})
 		})
 	}
 	if len(acts) == 0 {
@@ -289,7 +293,7 @@ func TestDecide_World(t *testing.T) {
 					fail("stock of %s left reserved", sku)
 				}
 			}
-			kept := w.captured[fulfil.StepCapture] && !w.voided[fulfil.StepCapture]
+			kept := w.captured[captureKey] && !w.voided[captureKey]
 			switch w.order.Status {
 			case order.StatusPaid:
 				switch w.state.Status {

@@ -4,16 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/strata-es/strata/commands"
-	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/commands/process/processtest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
-	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/fulfilment/fulfil"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd"
 	"github.com/strata-es/strata/examples/inventory/stock"
@@ -21,224 +22,118 @@ import (
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
 	"github.com/strata-es/strata/internal/paysim"
-	"github.com/strata-es/strata/internal/pgtest"
-	"github.com/strata-es/strata/internal/testdb"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { processtest.Main(m) }
 
 var registry = event.NewRegistry(append(order.Codecs(), stock.Codecs()...)...)
 
-// driver stands in for the process runtime with its guarantees, no more:
-// it gives the instance the order stream's events in order, dispatches
-// every issued step with its deterministic key — twice, as a re-dispatch
-// after a crash would — retrying a retryable failure with the same key,
-// and delivers each outcome once. It is how this package tests its wiring
-// (real handlers on PostgreSQL, the http port against paysim) without the
-// runtime, which commands/process tests on its own.
-type driver struct {
+// world is the fulfilment process as Processes wires it — its commands
+// bound over the real inventory and order handlers, the http provider's
+// port against paysim — run by the real runtime (processtest.Runtime)
+// on PostgreSQL, with the clock in the test's hands. Every step is
+// executed twice under its key (Redispatch), as a re-dispatch after a
+// crash would, and must answer the same.
+type world struct {
 	t      *testing.T
+	rt     *processtest.Runtime
 	ctx    context.Context
-	tenant domain.TenantID
-	store  *postgres.Store
-	spec   process.Spec
-	def    process.Definition[fulfil.State]
 	orders *commands.Handler[*order.Order]
 	items  *commands.Handler[*stock.Item]
-
-	state   fulfil.State
-	exists  bool
-	status  string
-	done    bool
-	version int64
-	steps   []step
-	due     *time.Time
-	history []string
 }
 
-type step struct {
-	key, name string
-	intent    bool
-	payload   json.RawMessage
-}
-
-func newDriver(t *testing.T, cfg fulfilcmd.Config) *driver {
+// newWorld starts the process configured by cfg; change, when set, may
+// wrap the Spec's commands and ports first (to stage a race).
+func newWorld(t *testing.T, cfg fulfilcmd.Config, change func(*process.Spec)) *world {
 	t.Helper()
-	d := testdb.New(t)
-	store := postgres.New(d.App, d.Projector)
-	deps := commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: registry}}
-	specs, err := fulfilcmd.Processes(cfg, deps)
+	// A flaky provider needs more than the default 5 attempts per step.
+	rt := processtest.NewRuntime(t, processtest.RuntimeConfig{Registry: registry, Redispatch: true, Runner: process.RunnerConfig{Attempts: 50}})
+	specs, err := fulfilcmd.Processes(cfg, rt.Deps())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(specs) != 1 || specs[0].Manager.Name() != "fulfilment" {
 		t.Fatalf("specs %+v", specs)
 	}
-	orders, err := commands.NewHandler(ordercmd.Aggregate, store, store, deps.Config)
+	if change != nil {
+		change(&specs[0])
+	}
+	rt.Start(specs[0])
+	orders, err := commands.NewHandler(ordercmd.Aggregate, rt.Store, rt.Store, rt.Deps().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	items, err := commands.NewHandler(stockcmd.Aggregate, store, store, deps.Config)
+	items, err := commands.NewHandler(stockcmd.Aggregate, rt.Store, rt.Store, rt.Deps().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgd := cfg
-	if cfgd.PaymentTimeout == 0 {
-		cfgd.PaymentTimeout = fulfilcmd.DefaultPaymentTimeout
-	}
-	return &driver{t: t, ctx: domain.NewContext(context.Background(), "t-a"), tenant: "t-a", store: store, spec: specs[0],
-		def: fulfilcmd.Definition(cfgd), orders: orders, items: items}
+	return &world{t: t, rt: rt, ctx: domain.NewContext(context.Background(), "t-a"), orders: orders, items: items}
 }
 
-func (d *driver) order(cmd ordercmd.Command) error {
-	_, err := d.orders.Handle(d.ctx, cmd, commands.Options{})
+func (w *world) order(cmd ordercmd.Command) error {
+	_, err := w.orders.Handle(w.ctx, cmd, commands.Options{})
 	return err
 }
 
-func (d *driver) item(cmd stockcmd.Command) {
-	d.t.Helper()
-	if _, err := d.items.Handle(d.ctx, cmd, commands.Options{}); err != nil {
-		d.t.Fatal(err)
+func (w *world) item(cmd stockcmd.Command) {
+	w.t.Helper()
+	if _, err := w.items.Handle(w.ctx, cmd, commands.Options{}); err != nil {
+		w.t.Fatal(err)
 	}
 }
 
-func (d *driver) decide(in process.Input) {
-	d.t.Helper()
-	if d.done {
-		return
-	}
-	in.Instance, in.Tenant, in.At = "o-1", d.tenant, time.Now().UTC()
-	// Through JSON, as the runtime stores the state.
-	raw, _ := json.Marshal(d.state)
-	var s fulfil.State
-	if err := json.Unmarshal(raw, &s); err != nil {
-		d.t.Fatal(err)
-	}
-	dec, err := d.def.Decide(s, d.exists, in)
-	if err != nil {
-		d.t.Fatalf("decide: %v", err)
-	}
-	d.state, d.exists, d.status, d.done = dec.State, true, dec.Status, dec.Done
-	d.history = append(d.history, fmt.Sprintf("%s -> %s (%s)", in.Kind, dec.Status, dec.Note))
-	for _, c := range dec.Commands {
-		p, _ := json.Marshal(c.Payload)
-		d.steps = append(d.steps, step{key: c.Step, name: c.Name, payload: p})
-	}
-	for _, i := range dec.Intents {
-		p, _ := json.Marshal(i.Payload)
-		d.steps = append(d.steps, step{key: i.Step, name: i.Port, intent: true, payload: p})
-	}
-	for _, dl := range dec.Deadlines {
-		at := dl.At
-		d.due = &at
+// run lets the runtime work until nothing is left at the clock's time but
+// the deadline: every step that failed transiently is retried (the clock
+// moved to each retry) until it has a definite answer.
+func (w *world) run() {
+	w.t.Helper()
+	w.rt.Settle()
+	for w.rt.AdvanceToRetry() {
 	}
 }
 
-// run drives until nothing is left to do.
-func (d *driver) run() {
-	d.t.Helper()
-	for n := 0; n < 100; n++ {
-		recs, err := d.store.ReadStream(d.ctx, string(d.tenant), order.StreamID("o-1"), d.version)
-		if err != nil {
-			d.t.Fatal(err)
-		}
-		for _, r := range recs {
-			p, err := registry.DecodeRecord(r)
-			if err != nil {
-				d.t.Fatal(err)
-			}
-			d.version = r.Version
-			d.decide(process.Input{Kind: process.InputEvent, Event: &process.Event{Record: r, Payload: p}})
-		}
-		if len(d.steps) == 0 {
-			if len(recs) == 0 {
-				return
-			}
-			continue
-		}
-		s := d.steps[0]
-		d.steps = d.steps[1:]
-		d.decide(process.Input{Kind: process.InputOutcome, Outcome: d.dispatch(s)})
-	}
-	d.t.Fatalf("no end in sight:\n%v", d.history)
-}
-
-// dispatch executes a step until it has a definite outcome, then once more
-// with the same key (the re-dispatch after a crash), which must agree.
-func (d *driver) dispatch(s step) *process.Outcome {
-	d.t.Helper()
-	key := process.StepKey(fulfilcmd.Name, "o-1", s.key)
-	exec := func() (json.RawMessage, error) {
-		if s.intent {
-			return d.spec.Ports[s.name].Execute(d.ctx, d.tenant, key, s.payload)
-		}
-		return d.spec.Commands[s.name](d.ctx, d.tenant, s.payload, key)
-	}
-	definite := func() (json.RawMessage, error) {
-		for attempt := 0; ; attempt++ {
-			res, err := exec()
-			if err == nil || process.IsDefinite(err) {
-				return res, err
-			}
-			if attempt > 30 {
-				d.t.Fatalf("step %s: %v", s.key, err)
-			}
-		}
-	}
-	res, err := definite()
-	again, err2 := definite()
-	if (err == nil) != (err2 == nil) || err == nil && !s.intent && string(res) != string(again) {
-		d.t.Fatalf("step %s dispatched again: %s %v, first %s %v", s.key, again, err2, res, err)
-	}
-	o := &process.Outcome{Step: s.key, Name: s.name, OK: err == nil, Result: res}
-	if s.intent {
-		o.Kind = process.StepIntent
-	} else {
-		o.Kind = process.StepCommand
-	}
-	var r *process.Rejected
-	if errors.As(err, &r) {
-		o.Reason = r.Reason
-	} else if err != nil {
-		o.Reason = err.Error()
-	}
-	return o
-}
-
-func (d *driver) fireDeadline() {
-	d.t.Helper()
-	if d.due == nil {
-		d.t.Fatal("no deadline set")
-	}
-	d.decide(process.Input{Kind: process.InputTimeout, Timeout: &process.Timeout{Name: fulfil.DeadlinePayment, Due: *d.due}})
-	d.run()
-}
-
-func (d *driver) placeOrder(lines map[string]int64) {
-	d.t.Helper()
-	must(d.t, d.order(ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR"}))
+func (w *world) placeOrder(lines map[string]int64) {
+	w.t.Helper()
+	must(w.t, w.order(ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR"}))
 	for _, sku := range []string{"a", "b", "c"} {
 		if q, ok := lines[sku]; ok {
-			must(d.t, d.order(ordercmd.AddLine{OrderID: "o-1", ProductID: sku, Quantity: q, UnitPrice: order.Money{Amount: 250, Currency: "EUR"}}))
+			must(w.t, w.order(ordercmd.AddLine{OrderID: "o-1", ProductID: sku, Quantity: q, UnitPrice: order.Money{Amount: 250, Currency: "EUR"}}))
 		}
 	}
-	must(d.t, d.order(ordercmd.PlaceOrder{OrderID: "o-1"}))
-	d.run()
+	must(w.t, w.order(ordercmd.PlaceOrder{OrderID: "o-1"}))
+	w.run()
 }
 
-func (d *driver) expect(status string, orderStatus order.Status, reservations map[string]stock.State) {
-	d.t.Helper()
-	if d.status != status {
-		d.t.Errorf("status %s, want %s\n%v", d.status, status, d.history)
+// instance is the order's instance as an operator reads it.
+func (w *world) instance() process.InstanceDetail {
+	w.t.Helper()
+	return w.rt.Instance("t-a", "o-1")
+}
+
+// statuses are the statuses the instance went through, in order, each once.
+func (w *world) statuses() []string {
+	var out []string
+	for _, h := range w.instance().History {
+		if len(out) == 0 || out[len(out)-1] != h.StatusAfter {
+			out = append(out, h.StatusAfter)
+		}
 	}
-	o := loadOrder(d)
+	return out
+}
+
+func (w *world) expect(status string, orderStatus order.Status, reservations map[string]stock.State) {
+	w.t.Helper()
+	if d := w.instance(); d.Status != status {
+		w.t.Errorf("status %s, want %s (went through %v)", d.Status, status, w.statuses())
+	}
+	o := loadOrder(w)
 	if o.Status != orderStatus {
-		d.t.Errorf("order %s, want %s", o.Status, orderStatus)
+		w.t.Errorf("order %s, want %s", o.Status, orderStatus)
 	}
 	for sku, want := range reservations {
-		recs, err := d.store.ReadStream(d.ctx, string(d.tenant), stock.StreamID(sku), 0)
+		recs, err := w.rt.Store.ReadStream(w.ctx, "t-a", stock.StreamID(sku), 0)
 		if err != nil {
-			d.t.Fatal(err)
+			w.t.Fatal(err)
 		}
 		var hist []event.Payload
 		for _, r := range recs {
@@ -247,18 +142,18 @@ func (d *driver) expect(status string, orderStatus order.Status, reservations ma
 		}
 		it, err := stock.Load(hist)
 		if err != nil {
-			d.t.Fatal(err)
+			w.t.Fatal(err)
 		}
 		if got := it.Reservations["o-1"].State; got != want {
-			d.t.Errorf("reservation of %s is %q, want %q", sku, got, want)
+			w.t.Errorf("reservation of %s is %q, want %q", sku, got, want)
 		}
 	}
 }
 
-func loadOrder(d *driver) *order.Order {
-	recs, err := d.store.ReadStream(d.ctx, string(d.tenant), order.StreamID("o-1"), 0)
+func loadOrder(w *world) *order.Order {
+	recs, err := w.rt.Store.ReadStream(w.ctx, "t-a", order.StreamID("o-1"), 0)
 	if err != nil {
-		d.t.Fatal(err)
+		w.t.Fatal(err)
 	}
 	var hist []event.Payload
 	for _, r := range recs {
@@ -267,7 +162,7 @@ func loadOrder(d *driver) *order.Order {
 	}
 	o, err := order.Load(hist)
 	if err != nil {
-		d.t.Fatal(err)
+		w.t.Fatal(err)
 	}
 	return o
 }
@@ -283,73 +178,100 @@ func TestManual(t *testing.T) {
 	t.Parallel()
 	t.Run("paid by the customer: committed", func(t *testing.T) {
 		t.Parallel()
-		d := newDriver(t, fulfilcmd.Config{})
-		d.item(stockcmd.Receive{SKU: "a", Quantity: 5})
-		d.item(stockcmd.Receive{SKU: "b", Quantity: 5})
-		d.placeOrder(map[string]int64{"a": 2, "b": 3})
-		d.expect("awaiting_payment", order.StatusPlaced, map[string]stock.State{"a": stock.StateOpen, "b": stock.StateOpen})
-		must(t, d.order(ordercmd.PayOrder{OrderID: "o-1", PaymentReference: "cash-1"}))
-		d.run()
-		d.expect("completed", order.StatusPaid, map[string]stock.State{"a": stock.StateCommitted, "b": stock.StateCommitted})
+		w := newWorld(t, fulfilcmd.Config{}, nil)
+		w.item(stockcmd.Receive{SKU: "a", Quantity: 5})
+		w.item(stockcmd.Receive{SKU: "b", Quantity: 5})
+		w.placeOrder(map[string]int64{"a": 2, "b": 3})
+		w.expect("awaiting_payment", order.StatusPlaced, map[string]stock.State{"a": stock.StateOpen, "b": stock.StateOpen})
+		must(t, w.order(ordercmd.PayOrder{OrderID: "o-1", PaymentReference: "cash-1"}))
+		w.run()
+		w.expect("completed", order.StatusPaid, map[string]stock.State{"a": stock.StateCommitted, "b": stock.StateCommitted})
+		if d := w.instance(); len(d.Deadlines) != 1 || d.Deadlines[0].Status != "cancelled" {
+			t.Errorf("the payment deadline after the payment: %+v, want cancelled", d.Deadlines)
+		}
 	})
 	t.Run("second line out of stock: released and cancelled", func(t *testing.T) {
 		t.Parallel()
-		d := newDriver(t, fulfilcmd.Config{})
-		d.item(stockcmd.Receive{SKU: "a", Quantity: 5})
-		d.item(stockcmd.Receive{SKU: "b", Quantity: 1})
-		d.placeOrder(map[string]int64{"a": 2, "b": 3})
-		d.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased})
-		if r := loadOrder(d).CancellationReason; r != "out_of_stock" {
+		w := newWorld(t, fulfilcmd.Config{}, nil)
+		w.item(stockcmd.Receive{SKU: "a", Quantity: 5})
+		w.item(stockcmd.Receive{SKU: "b", Quantity: 1})
+		w.placeOrder(map[string]int64{"a": 2, "b": 3})
+		w.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased})
+		if r := loadOrder(w).CancellationReason; r != "out_of_stock" {
 			t.Errorf("reason %q", r)
 		}
 	})
 	t.Run("unpaid past the deadline: cancelled and released", func(t *testing.T) {
 		t.Parallel()
-		d := newDriver(t, fulfilcmd.Config{PaymentTimeout: time.Minute})
-		d.item(stockcmd.Receive{SKU: "a", Quantity: 5})
-		d.placeOrder(map[string]int64{"a": 2})
-		if d.due == nil || d.due.Sub(loadOrder(d).PlacedAt) != time.Minute {
-			t.Fatalf("deadline %v, want placed + 1m", d.due)
+		w := newWorld(t, fulfilcmd.Config{PaymentTimeout: time.Minute}, nil)
+		w.item(stockcmd.Receive{SKU: "a", Quantity: 5})
+		w.placeOrder(map[string]int64{"a": 2})
+		d := w.instance()
+		if len(d.Deadlines) != 1 || !d.Deadlines[0].DueAt.Equal(loadOrder(w).PlacedAt.Add(time.Minute)) {
+			t.Fatalf("deadlines %+v, want one at placed + 1m", d.Deadlines)
 		}
-		d.fireDeadline()
-		d.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased})
-		if r := loadOrder(d).CancellationReason; r != "payment_timeout" {
+		// Not a moment before it is due.
+		w.rt.Advance(59 * time.Second)
+		w.expect("awaiting_payment", order.StatusPlaced, map[string]stock.State{"a": stock.StateOpen})
+		if !w.rt.AdvanceToDeadline() {
+			t.Fatal("no deadline pending")
+		}
+		w.run()
+		w.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased})
+		if r := loadOrder(w).CancellationReason; r != "payment_timeout" {
 			t.Errorf("reason %q", r)
 		}
 	})
-	t.Run("paid, then the deadline: the cancel is refused, committed", func(t *testing.T) {
+	t.Run("paid while the deadline's cancel is under way: the cancel is refused, committed", func(t *testing.T) {
 		t.Parallel()
-		d := newDriver(t, fulfilcmd.Config{})
-		d.item(stockcmd.Receive{SKU: "a", Quantity: 5})
-		d.placeOrder(map[string]int64{"a": 2})
-		must(t, d.order(ordercmd.PayOrder{OrderID: "o-1", PaymentReference: "cash-1"}))
-		// The deadline fires before the instance saw order.paid.
-		d.decide(process.Input{Kind: process.InputTimeout, Timeout: &process.Timeout{Name: fulfil.DeadlinePayment}})
-		d.run()
-		d.expect("completed", order.StatusPaid, map[string]stock.State{"a": stock.StateCommitted})
+		// The customer's payment lands just before the process's cancel
+		// for the deadline is executed: the order refuses the cancel, and
+		// the process, seeing order.paid next, commits.
+		var w *world
+		var paid sync.Once
+		w = newWorld(t, fulfilcmd.Config{}, func(spec *process.Spec) {
+			cancel := spec.Commands[fulfil.CommandCancel]
+			spec.Commands[fulfil.CommandCancel] = func(ctx context.Context, tenant domain.TenantID, payload json.RawMessage, key string) (json.RawMessage, error) {
+				paid.Do(func() { must(t, w.order(ordercmd.PayOrder{OrderID: "o-1", PaymentReference: "cash-1"})) })
+				return cancel(ctx, tenant, payload, key)
+			}
+		})
+		w.item(stockcmd.Receive{SKU: "a", Quantity: 5})
+		w.placeOrder(map[string]int64{"a": 2})
+		w.rt.AdvanceToDeadline()
+		w.run()
+		w.expect("completed", order.StatusPaid, map[string]stock.State{"a": stock.StateCommitted})
+		if got := w.statuses(); !slices.Contains(got, "cancelling") {
+			t.Errorf("statuses %v: the deadline's cancel was never issued", got)
+		}
+		for _, s := range w.instance().Steps {
+			if s.Step == fulfil.StepCancel && s.Status != "rejected" {
+				t.Errorf("the cancel step is %s, want rejected", s.Status)
+			}
+		}
 	})
 }
 
 func TestHTTP(t *testing.T) {
 	t.Parallel()
-	start := func(t *testing.T, f paysim.Faults) (*driver, *paysim.Server) {
+	start := func(t *testing.T, f paysim.Faults, change func(*process.Spec)) (*world, *paysim.Server) {
 		sim := paysim.Start(paysim.Config{Seed: 3, Faults: f})
 		t.Cleanup(sim.Close)
-		d := newDriver(t, fulfilcmd.Config{Provider: "http", PaymentURL: sim.URL(), HTTPTimeout: 200 * time.Millisecond})
-		d.item(stockcmd.Receive{SKU: "a", Quantity: 5})
-		d.item(stockcmd.Receive{SKU: "b", Quantity: 5})
-		return d, sim
+		w := newWorld(t, fulfilcmd.Config{Provider: "http", PaymentURL: sim.URL(), HTTPTimeout: 200 * time.Millisecond}, change)
+		w.item(stockcmd.Receive{SKU: "a", Quantity: 5})
+		w.item(stockcmd.Receive{SKU: "b", Quantity: 5})
+		return w, sim
 	}
 	t.Run("captured through a misbehaving provider: paid once, committed", func(t *testing.T) {
 		t.Parallel()
-		d, sim := start(t, paysim.Faults{FailRate: 0.3, DropRate: 0.5, TimeoutRate: 0.1, Hold: time.Second})
-		d.placeOrder(map[string]int64{"a": 2, "b": 1})
-		d.expect("completed", order.StatusPaid, map[string]stock.State{"a": stock.StateCommitted, "b": stock.StateCommitted})
+		w, sim := start(t, paysim.Faults{FailRate: 0.3, DropRate: 0.5, TimeoutRate: 0.1, Hold: time.Second}, nil)
+		w.placeOrder(map[string]int64{"a": 2, "b": 1})
+		w.expect("completed", order.StatusPaid, map[string]stock.State{"a": stock.StateCommitted, "b": stock.StateCommitted})
 		l := sim.Ledger()
 		if l.Captures("o-1") != 1 || l.Kept("o-1") != 1 {
 			t.Errorf("ledger %+v, want exactly one capture", l)
 		}
-		o := loadOrder(d)
+		o := loadOrder(w)
 		if o.PaymentReference != l.Keys[0].CaptureID || l.Keys[0].Amount != 750 {
 			t.Errorf("paid with %q, the provider captured %+v", o.PaymentReference, l.Keys[0])
 		}
@@ -359,10 +281,10 @@ func TestHTTP(t *testing.T) {
 	})
 	t.Run("declined: cancelled and released", func(t *testing.T) {
 		t.Parallel()
-		d, sim := start(t, paysim.Faults{DeclineOrders: []string{"o-1"}})
-		d.placeOrder(map[string]int64{"a": 2, "b": 1})
-		d.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased, "b": stock.StateReleased})
-		if r := loadOrder(d).CancellationReason; r != "payment_declined" {
+		w, sim := start(t, paysim.Faults{DeclineOrders: []string{"o-1"}}, nil)
+		w.placeOrder(map[string]int64{"a": 2, "b": 1})
+		w.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased, "b": stock.StateReleased})
+		if r := loadOrder(w).CancellationReason; r != "payment_declined" {
 			t.Errorf("reason %q", r)
 		}
 		if sim.Ledger().Kept("o-1") != 0 {
@@ -371,37 +293,47 @@ func TestHTTP(t *testing.T) {
 	})
 	t.Run("the deadline while the capture is outstanding: voided, then cancelled", func(t *testing.T) {
 		t.Parallel()
-		d, sim := start(t, paysim.Faults{})
-		must(t, d.order(ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR"}))
-		must(t, d.order(ordercmd.AddLine{OrderID: "o-1", ProductID: "a", Quantity: 1, UnitPrice: order.Money{Amount: 90, Currency: "EUR"}}))
-		must(t, d.order(ordercmd.PlaceOrder{OrderID: "o-1"}))
-		// Run by hand: the reservation, then the deadline before the
-		// capture is dispatched, then the capture (after the void).
-		recs, _ := d.store.ReadStream(d.ctx, "t-a", order.StreamID("o-1"), 0)
-		for _, r := range recs {
-			p, _ := registry.DecodeRecord(r)
-			d.version = r.Version
-			d.decide(process.Input{Kind: process.InputEvent, Event: &process.Event{Record: r, Payload: p}})
+		// The capture cannot reach the provider (a transient failure
+		// each time) until the deadline has fired and its void is done;
+		// then it reaches a provider that refuses the voided key.
+		var held atomic.Bool
+		held.Store(true)
+		w, sim := start(t, paysim.Faults{}, func(spec *process.Spec) {
+			port := spec.Ports[fulfil.PortPayment]
+			spec.Ports[fulfil.PortPayment] = process.PortFunc(func(ctx context.Context, tenant domain.TenantID, key string, payload json.RawMessage) (json.RawMessage, error) {
+				var p fulfil.Payment
+				if err := json.Unmarshal(payload, &p); err != nil {
+					return nil, err
+				}
+				if p.Op == fulfil.PaymentCapture && held.Load() {
+					return nil, errors.New("the provider cannot be reached")
+				}
+				return port.Execute(ctx, tenant, key, payload)
+			})
+		})
+		must(t, w.order(ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR"}))
+		must(t, w.order(ordercmd.AddLine{OrderID: "o-1", ProductID: "a", Quantity: 1, UnitPrice: order.Money{Amount: 90, Currency: "EUR"}}))
+		must(t, w.order(ordercmd.PlaceOrder{OrderID: "o-1"}))
+		w.rt.Settle()
+		if d := w.instance(); d.Status != "awaiting_payment" {
+			t.Fatalf("status %s, want awaiting_payment with the capture outstanding", d.Status)
 		}
-		reserve := d.steps[0]
-		d.steps = nil
-		d.decide(process.Input{Kind: process.InputOutcome, Outcome: d.dispatch(reserve)})
-		if d.status != "awaiting_payment" || len(d.steps) != 1 || d.steps[0].key != "capture" {
-			t.Fatalf("status %s, steps %+v", d.status, d.steps)
+		w.rt.AdvanceToDeadline() // the void, then the cancel, then the release
+		w.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased})
+		if got := w.statuses(); !slices.Contains(got, "voiding") {
+			t.Errorf("statuses %v, want voiding before the cancel", got)
 		}
-		capture := d.steps[0]
-		d.steps = nil
-		d.decide(process.Input{Kind: process.InputTimeout, Timeout: &process.Timeout{Name: fulfil.DeadlinePayment}})
-		if d.status != "voiding" {
-			t.Fatalf("status %s, want voiding", d.status)
-		}
-		d.run() // the void, then the cancel, then the release
-		d.decide(process.Input{Kind: process.InputOutcome, Outcome: d.dispatch(capture)})
-		d.run()
-		d.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased})
+		held.Store(false)
+		w.run() // the capture, after its void
+		w.expect("cancelled", order.StatusCancelled, map[string]stock.State{"a": stock.StateReleased})
 		l := sim.Ledger()
 		if l.Captures("o-1") != 0 || l.Kept("o-1") != 0 {
 			t.Errorf("the capture after its void took money: %+v", l)
+		}
+		for _, s := range w.instance().Steps {
+			if s.Step == fulfil.StepCapture && s.Status != "rejected" {
+				t.Errorf("the capture step is %s after its void, want rejected", s.Status)
+			}
 		}
 	})
 }

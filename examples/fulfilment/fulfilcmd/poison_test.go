@@ -2,24 +2,18 @@ package fulfilcmd_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/strata-es/strata/commands"
-	"github.com/strata-es/strata/commands/commandapi"
-	"github.com/strata-es/strata/commands/process"
+	"github.com/strata-es/strata/commands/process/processtest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/eventstore"
-	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd"
 	"github.com/strata-es/strata/examples/inventory/stockcmd"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
-	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -28,22 +22,20 @@ import (
 // order.created whose order_id (and stream) is not a valid ID and an
 // order.placed whose amount is a string, as an import or an old writer
 // could leave them. Tenant t-b's order, placed after them, is reserved
-// (awaiting_payment) by the same fulfilment runner, whose checkpoint never
-// errs; t-a's two streams are parked in the dead-letter store.
+// (awaiting_payment) by the same fulfilment runner, which settles without
+// ever failing on the log (processtest fails the test if it does); t-a's
+// two streams are parked in the dead-letter store.
 func TestImportedPoisonStopsNoOtherTenant(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	d := testdb.New(t)
-	store := postgres.New(d.App, d.Projector)
-	deps := commandapi.Deps{Store: store, Idempotency: store, Config: commands.Config{Registry: registry}}
-	specs, err := fulfilcmd.Processes(fulfilcmd.Config{}, deps)
+	rt := processtest.NewRuntime(t, processtest.RuntimeConfig{Registry: registry})
+	ctx := context.Background()
+	specs, err := fulfilcmd.Processes(fulfilcmd.Config{}, rt.Deps())
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw := func(stream, typ, data string) {
 		t.Helper()
-		if _, err := store.Append(ctx, eventstore.AppendRequest{Tenant: "t-a", Stream: stream, Expected: eventstore.Any,
+		if _, err := rt.Store.Append(ctx, eventstore.AppendRequest{Tenant: "t-a", Stream: stream, Expected: eventstore.Any,
 			Events: []eventstore.NewEvent{{ID: uuid.NewString(), Type: typ, SchemaVersion: 1, Data: []byte(data)}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -53,11 +45,11 @@ func TestImportedPoisonStopsNoOtherTenant(t *testing.T) {
 	raw("order-o-9", order.TypePlaced, `{"order_id":"o-9","total":{"amount":"4200","currency":"EUR"},"at":"2026-01-01T00:00:00Z"}`)
 
 	b := domain.NewContext(ctx, "t-b")
-	orders, err := commands.NewHandler(ordercmd.Aggregate, store, store, deps.Config)
+	orders, err := commands.NewHandler(ordercmd.Aggregate, rt.Store, rt.Store, rt.Deps().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	items, err := commands.NewHandler(stockcmd.Aggregate, store, store, deps.Config)
+	items, err := commands.NewHandler(stockcmd.Aggregate, rt.Store, rt.Store, rt.Deps().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,31 +66,12 @@ func TestImportedPoisonStopsNoOtherTenant(t *testing.T) {
 		}
 	}
 
-	r, err := process.NewRunner(specs[0], store, d.Projector, process.RunnerConfig{Registry: registry,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 20 * time.Millisecond, LeaseRetry: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	rt.Start(specs[0])
+	rt.Settle()
+	if in := rt.Instance("t-b", "o-1"); in.Status != "awaiting_payment" {
+		t.Errorf("t-b's order is %s, want awaiting_payment (reserved)", in.Status)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(rctx) }()
-	defer func() { stop(); <-done }()
-
-	for {
-		if s := r.Status(); s.State == process.StateError {
-			t.Fatalf("the fulfilment process stopped for every tenant: %s", s.LastError)
-		}
-		in, err := process.ReadInstance(ctx, d.Projector, "t-b", fulfilcmd.Name, "o-1")
-		if err == nil && in.Status == "awaiting_payment" {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("t-b's order was never reserved: %+v, %v", in.Instance, err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	letters, err := projections.ReadDeadLetters(ctx, d.Projector, []string{"t-a", "t-b"}, projections.LetterFilter{Projections: []string{fulfilcmd.Name}})
+	letters, err := projections.ReadDeadLetters(ctx, rt.Projector, []string{"t-a", "t-b"}, projections.LetterFilter{Projections: []string{fulfilcmd.Name}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +82,7 @@ func TestImportedPoisonStopsNoOtherTenant(t *testing.T) {
 	if len(got) != 2 || got["t-a/order-bad id"] != 1 || got["t-a/order-o-9"] != 1 {
 		t.Errorf("dead letters by stream = %v, want t-a's two poisoned streams", got)
 	}
-	if in, err := process.ReadInstance(ctx, d.Projector, "t-a", fulfilcmd.Name, "o-9"); err != nil || !in.Parked {
-		t.Errorf("o-9 (draft, then a placed it cannot decode) = %+v, %v: want parked", in.Instance, err)
+	if in := rt.Instance("t-a", "o-9"); !in.Parked {
+		t.Errorf("o-9 (draft, then a placed it cannot decode) = %+v: want parked", in.Instance)
 	}
 }
