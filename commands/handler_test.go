@@ -12,6 +12,7 @@ import (
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/orders/order"
@@ -43,7 +44,7 @@ func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 	}
 	// The lost execution: orders.AddLine under key "k", appended without a record.
 	commandID := uuid.NewSHA1(commands.EventIDSpace, []byte("t-a\x00k")).String()
-	evs, err := (ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}).Decide(mustLoad(t, store), time.Now())
+	evs, err := (ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: money.Money{Amount: 5, Currency: "EUR"}}).Decide(mustLoad(t, store), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 		t.Fatal(err)
 	}
 	idem := &commands.Idempotency{Key: "k", RequestHash: "h", Respond: respond}
-	res, err := h.Handle(ctx, ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
+	res, err := h.Handle(ctx, ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: money.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestUnrecordedExecutionIsNotRepeated(t *testing.T) {
 		t.Fatalf("the command executed again: %d events", len(recs))
 	}
 	// And the outcome is now recorded.
-	res, err = h.Handle(ctx, ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
+	res, err = h.Handle(ctx, ordercmd.AddLine{OrderID: "o-1", ProductID: "p", Quantity: 1, UnitPrice: money.Money{Amount: 5, Currency: "EUR"}}, commands.Options{Idempotency: idem})
 	if err != nil || string(res.Replayed) != want {
 		t.Fatalf("second retry: %q %v", res.Replayed, err)
 	}
@@ -111,7 +112,7 @@ func TestStaleCacheIsReloaded(t *testing.T) {
 	a, b := newHandler(t, store, store), newHandler(t, store, store)
 	ctx := domain.NewContext(context.Background(), "t-a")
 	line := func(p string) ordercmd.AddLine {
-		return ordercmd.AddLine{OrderID: "o-1", ProductID: p, Quantity: 1, UnitPrice: order.Money{Amount: 5, Currency: "EUR"}}
+		return ordercmd.AddLine{OrderID: "o-1", ProductID: p, Quantity: 1, UnitPrice: money.Money{Amount: 5, Currency: "EUR"}}
 	}
 	steps := []struct {
 		h   *commands.Handler[*order.Order]

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/orders/order"
@@ -92,10 +93,10 @@ func commandFor(j, k int, other bool) keyedCommand {
 		return keyedCommand{key: id + "/place", hash: "place", cmd: ordercmd.PlaceOrder{OrderID: id}}
 	}
 	kc := keyedCommand{key: fmt.Sprintf("%s/line-%d", id, k), hash: fmt.Sprintf("line-%d", k),
-		cmd: ordercmd.AddLine{OrderID: id, ProductID: fmt.Sprintf("p-%d", k), Quantity: int64(k + 1), UnitPrice: order.Money{Amount: 100, Currency: "EUR"}}}
+		cmd: ordercmd.AddLine{OrderID: id, ProductID: fmt.Sprintf("p-%d", k), Quantity: int64(k + 1), UnitPrice: money.Money{Amount: 100, Currency: "EUR"}}}
 	if other {
 		kc.hash = fmt.Sprintf("other-%d", k)
-		kc.cmd = ordercmd.AddLine{OrderID: id, ProductID: fmt.Sprintf("q-%d", k), Quantity: 1, UnitPrice: order.Money{Amount: 7, Currency: "EUR"}}
+		kc.cmd = ordercmd.AddLine{OrderID: id, ProductID: fmt.Sprintf("q-%d", k), Quantity: 1, UnitPrice: money.Money{Amount: 7, Currency: "EUR"}}
 	}
 	return kc
 }

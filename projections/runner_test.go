@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordertest"
@@ -149,7 +150,7 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 			at := time.Date(2026, 4, 1, 10, 0, 0, 0, time.UTC)
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 1, order.Created{OrderID: "h1", CustomerID: "c-1", Currency: "EUR", At: at})
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 2, order.LineAdded{OrderID: "h1", ProductID: "p-1", Quantity: 1,
-				UnitPrice: order.Money{Amount: 100, Currency: "EUR"}, At: at})
+				UnitPrice: money.Money{Amount: 100, Currency: "EUR"}, At: at})
 			waitVisible(ctx, t, store, d.AdminURL)
 			beforeHole := projectiontest.Head(ctx, t, store)
 			if tc.warmFirst {
@@ -162,7 +163,7 @@ func TestStreamHoleStopsTheProjection(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 4, order.Placed{OrderID: "h1", Total: order.Money{Amount: 100, Currency: "EUR"}, At: at})
+			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h1", 4, order.Placed{OrderID: "h1", Total: money.Money{Amount: 100, Currency: "EUR"}, At: at})
 			insertEvent(ctx, t, d.AdminURL, "t-h", "order-h2", 1, order.Created{OrderID: "h2", CustomerID: "c-1", Currency: "EUR", At: at})
 			// orderview.All four in the runner's first read: a transaction open
 			// elsewhere in the shared cluster may hide the newest for a

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples"
@@ -90,9 +91,9 @@ func populate(ctx context.Context, t *testing.T, d *testdb.DB) {
 		var evs []eventstore.NewEvent
 		for _, p := range []event.Payload{
 			order.Created{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR", At: at},
-			order.LineAdded{OrderID: "o-1", ProductID: "p-1", Quantity: 2, UnitPrice: order.Money{Amount: 500, Currency: "EUR"}, At: at},
-			order.Placed{OrderID: "o-1", Total: order.Money{Amount: 1000, Currency: "EUR"}, At: at},
-			order.Paid{OrderID: "o-1", PaymentReference: "ref", Amount: order.Money{Amount: 1000, Currency: "EUR"}, At: at},
+			order.LineAdded{OrderID: "o-1", ProductID: "p-1", Quantity: 2, UnitPrice: money.Money{Amount: 500, Currency: "EUR"}, At: at},
+			order.Placed{OrderID: "o-1", Total: money.Money{Amount: 1000, Currency: "EUR"}, At: at},
+			order.Paid{OrderID: "o-1", PaymentReference: "ref", Amount: money.Money{Amount: 1000, Currency: "EUR"}, At: at},
 		} {
 			typ, sv, data, err := order.Registry.Encode(p)
 			if err != nil {

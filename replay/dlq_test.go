@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/orderview"
 	"github.com/strata-es/strata/internal/testdb"
@@ -33,7 +34,7 @@ func TestDeadLetterSemantics(t *testing.T) {
 		}}
 	ls := newLiveSide(t, d, p)
 	line := func(id string, v int) event.Payload {
-		return order.LineAdded{OrderID: id, ProductID: fmt.Sprintf("p-%d", v), Quantity: int64(v), UnitPrice: order.Money{Amount: 100, Currency: "EUR"}, At: at}
+		return order.LineAdded{OrderID: id, ProductID: fmt.Sprintf("p-%d", v), Quantity: int64(v), UnitPrice: money.Money{Amount: 100, Currency: "EUR"}, At: at}
 	}
 	created := func(id string) event.Payload {
 		return order.Created{OrderID: id, CustomerID: "c-1", Currency: "EUR", At: at}
@@ -138,7 +139,7 @@ func TestAutoRetryUnparks(t *testing.T) {
 	runLive(t, b, p, projections.RunnerConfig{Registry: order.Registry, DeadLetters: true,
 		Failures: projections.FailurePolicy{Attempts: 10, InitialDelay: 300 * time.Millisecond, MaxDelay: 300 * time.Millisecond}})
 	appendEvents(ctx, t, b.store, "acme", "order-w", 0, order.Created{OrderID: "w", CustomerID: "c-1", Currency: "EUR", At: at},
-		order.LineAdded{OrderID: "w", ProductID: "p-1", Quantity: 1, UnitPrice: order.Money{Amount: 100, Currency: "EUR"}, At: at})
+		order.LineAdded{OrderID: "w", ProductID: "p-1", Quantity: 1, UnitPrice: money.Money{Amount: 100, Currency: "EUR"}, At: at})
 	waitFor(t, 10*time.Second, "the stream to be parked", func() bool { return checkpoint(ctx, t, b, p.Name()).ParkedStreams == 1 })
 	fixed.Store(true)
 	waitFor(t, 10*time.Second, "the runner to unpark it", func() bool { return checkpoint(ctx, t, b, p.Name()).ParkedStreams == 0 })

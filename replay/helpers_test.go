@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/orders/order"
@@ -86,7 +87,7 @@ func genHistories(seed uint64, tenants []string, orders int, start time.Time) []
 			}
 			lines[product] = unit
 			at = at.Add(time.Minute)
-			h.events = append(h.events, order.LineAdded{OrderID: id, ProductID: product, Quantity: qty, UnitPrice: order.Money{Amount: unit, Currency: cur}, At: at})
+			h.events = append(h.events, order.LineAdded{OrderID: id, ProductID: product, Quantity: qty, UnitPrice: money.Money{Amount: unit, Currency: cur}, At: at})
 			total += qty * unit
 		}
 		var qtys = map[string]int64{}
@@ -107,10 +108,10 @@ func genHistories(seed uint64, tenants []string, orders int, start time.Time) []
 		switch r := rng.IntN(10); {
 		case r < 6 && total > 0:
 			at = at.Add(time.Minute)
-			h.events = append(h.events, order.Placed{OrderID: id, Total: order.Money{Amount: total, Currency: cur}, At: at})
+			h.events = append(h.events, order.Placed{OrderID: id, Total: money.Money{Amount: total, Currency: cur}, At: at})
 			if r < 4 {
 				at = at.Add(time.Minute)
-				h.events = append(h.events, order.Paid{OrderID: id, Amount: order.Money{Amount: total, Currency: cur}, At: at})
+				h.events = append(h.events, order.Paid{OrderID: id, Amount: money.Money{Amount: total, Currency: cur}, At: at})
 			} else if r == 4 {
 				at = at.Add(time.Minute)
 				h.events = append(h.events, order.Cancelled{OrderID: id, Reason: "changed mind", At: at})

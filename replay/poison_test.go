@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/orderview"
@@ -145,7 +146,7 @@ func TestPoisonIsolation(t *testing.T) {
 					<-tick.C
 					tenant, id := streamOf(i)
 					var ev event.Payload = order.LineAdded{OrderID: id, ProductID: fmt.Sprintf("p-%d", v%5), Quantity: 1,
-						UnitPrice: order.Money{Amount: 100 * int64(v%5+1), Currency: "EUR"}, At: at.Add(time.Duration(v) * time.Minute)}
+						UnitPrice: money.Money{Amount: 100 * int64(v%5+1), Currency: "EUR"}, At: at.Add(time.Duration(v) * time.Minute)}
 					if v == 1 {
 						ev = order.Created{OrderID: id, CustomerID: "c-" + id, Currency: "EUR", At: at}
 					}
@@ -238,7 +239,7 @@ func TestPoisonIsolation(t *testing.T) {
 	}
 	// New events of the stream apply normally again.
 	appendEvents(ctx, t, store, poisonTenant, order.StreamID(poisonID), perStream, order.Placed{OrderID: poisonID,
-		Total: order.Money{Amount: placedTotal(ctx, t, b, poisonTenant, poisonID), Currency: "EUR"}, At: at.Add(time.Hour)})
+		Total: money.Money{Amount: placedTotal(ctx, t, b, poisonTenant, poisonID), Currency: "EUR"}, At: at.Add(time.Hour)})
 	head = lastPosition(ctx, t, b)
 	waitFor(t, 30*time.Second, "the projection to reach the head", func() bool { return !checkpoint(ctx, t, b, p.Name()).Position.Less(head) })
 	want := dumpTables(ctx, t, b.d.AdminURL, freshRebuild(ctx, t, b, head, p))

@@ -23,6 +23,7 @@ import (
 	"github.com/strata-es/strata/commands/commandapi"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/examples/orders/ordercmd"
@@ -496,7 +497,7 @@ func TestNewProjectionBackfills(t *testing.T) {
 			id := fmt.Sprintf("new-%d", i)
 			at := time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC)
 			appendEvents(ctx, t, ls.store, "acme", order.StreamID(id), 0, order.Created{OrderID: id, CustomerID: "c-new", Currency: "EUR", At: at},
-				order.LineAdded{OrderID: id, ProductID: "p-1", Quantity: 1, UnitPrice: order.Money{Amount: 100, Currency: "EUR"}, At: at})
+				order.LineAdded{OrderID: id, ProductID: "p-1", Quantity: 1, UnitPrice: money.Money{Amount: 100, Currency: "EUR"}, At: at})
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()

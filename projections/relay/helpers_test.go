@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/pgtest"
 )
@@ -188,7 +189,7 @@ func generate(seed uint64, tenants, n int) []genEvent {
 		do(o.Create(id, fmt.Sprintf("c-%d", 1+rng.IntN(20)), cur, at))
 		for k := 1 + rng.IntN(3); k > 0; k-- {
 			p := 1 + rng.IntN(9)
-			do(o.AddLine(fmt.Sprintf("p-%d", p), int64(1+rng.IntN(4)), order.Money{Amount: int64(100 * p), Currency: cur}, step()))
+			do(o.AddLine(fmt.Sprintf("p-%d", p), int64(1+rng.IntN(4)), money.Money{Amount: int64(100 * p), Currency: cur}, step()))
 		}
 		switch r := rng.IntN(10); {
 		case r == 0:

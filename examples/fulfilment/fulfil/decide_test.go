@@ -11,6 +11,7 @@ import (
 	"github.com/strata-es/strata/commands/process/processtest"
 	"github.com/strata-es/strata/domain/decision"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/fulfilment/fulfil"
 	"github.com/strata-es/strata/examples/orders/order"
 )
@@ -51,7 +52,7 @@ func captured(ref string) in {
 func declined() in { return no(fulfil.StepCapture) }
 func deadline() in { return processtest.Fired(fulfil.DeadlinePayment) }
 
-func eur(n int64) order.Money { return order.Money{Amount: n, Currency: "EUR"} }
+func eur(n int64) money.Money { return money.Money{Amount: n, Currency: "EUR"} }
 
 // Shorthands for histories used again and again.
 var (

@@ -5,6 +5,7 @@ import (
 
 	"github.com/strata-es/strata/domain/decision"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/orders/order"
 )
 
@@ -167,7 +168,7 @@ type State struct {
 	Lines    []Line      `json:"lines,omitempty"` // the draft's lines, in order
 	Placed   bool        `json:"placed,omitempty"`
 	PlacedAt time.Time   `json:"placed_at,omitzero"`
-	Total    order.Money `json:"total,omitzero"`
+	Total    money.Money `json:"total,omitzero"`
 
 	Paid             bool   `json:"paid,omitempty"`
 	PaymentReference string `json:"payment_reference,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"github.com/strata-es/strata/commands/process/processtest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/fulfilment/fulfil"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd"
 	"github.com/strata-es/strata/examples/inventory/stock"
@@ -97,7 +98,7 @@ func (w *world) placeOrder(lines map[string]int64) {
 	must(w.t, w.order(ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR"}))
 	for _, sku := range []string{"a", "b", "c"} {
 		if q, ok := lines[sku]; ok {
-			must(w.t, w.order(ordercmd.AddLine{OrderID: "o-1", ProductID: sku, Quantity: q, UnitPrice: order.Money{Amount: 250, Currency: "EUR"}}))
+			must(w.t, w.order(ordercmd.AddLine{OrderID: "o-1", ProductID: sku, Quantity: q, UnitPrice: money.Money{Amount: 250, Currency: "EUR"}}))
 		}
 	}
 	must(w.t, w.order(ordercmd.PlaceOrder{OrderID: "o-1"}))
@@ -312,7 +313,7 @@ func TestHTTP(t *testing.T) {
 			})
 		})
 		must(t, w.order(ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR"}))
-		must(t, w.order(ordercmd.AddLine{OrderID: "o-1", ProductID: "a", Quantity: 1, UnitPrice: order.Money{Amount: 90, Currency: "EUR"}}))
+		must(t, w.order(ordercmd.AddLine{OrderID: "o-1", ProductID: "a", Quantity: 1, UnitPrice: money.Money{Amount: 90, Currency: "EUR"}}))
 		must(t, w.order(ordercmd.PlaceOrder{OrderID: "o-1"}))
 		w.rt.Settle()
 		if d := w.instance(); d.Status != "awaiting_payment" {

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/process/processtest"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilcmd"
 	"github.com/strata-es/strata/examples/inventory/stockcmd"
@@ -58,7 +59,7 @@ func TestImportedPoisonStopsNoOtherTenant(t *testing.T) {
 	}
 	for _, c := range []ordercmd.Command{
 		ordercmd.CreateOrder{OrderID: "o-1", CustomerID: "c-1", Currency: "EUR"},
-		ordercmd.AddLine{OrderID: "o-1", ProductID: "p-1", Quantity: 2, UnitPrice: order.Money{Amount: 250, Currency: "EUR"}},
+		ordercmd.AddLine{OrderID: "o-1", ProductID: "p-1", Quantity: 2, UnitPrice: money.Money{Amount: 250, Currency: "EUR"}},
 		ordercmd.PlaceOrder{OrderID: "o-1"},
 	} {
 		if _, err := orders.Handle(b, c, commands.Options{}); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-es/strata/cli/openapi/openapitest"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples/fulfilment"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilquery"
@@ -48,7 +49,7 @@ func setup(t *testing.T) *readmodels.DB {
 	d := testdb.New(t, fulfilview.Migrations)
 	store := postgres.New(d.App, d.Projector)
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	eur := func(n int64) order.Money { return order.Money{Amount: n, Currency: "EUR"} }
+	eur := func(n int64) money.Money { return money.Money{Amount: n, Currency: "EUR"} }
 	evs := []projectiontest.Recorded{
 		rec(t, "t-a", "inventory-b", 1, stock.Received{SKU: "b", Quantity: 9, At: at}),
 		rec(t, "t-a", "inventory-a", 1, stock.Received{SKU: "a", Quantity: 9, At: at}),

@@ -11,6 +11,7 @@ import (
 	"github.com/strata-es/strata/commands/commandtest"
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/domain/money"
 	"github.com/strata-es/strata/examples/fulfilment/fulfilview"
 	"github.com/strata-es/strata/examples/inventory/stock"
 	"github.com/strata-es/strata/examples/orders/order"
@@ -93,7 +94,7 @@ func history(t *testing.T, seed uint64, n int) []projectiontest.Recorded {
 		case 0:
 			evs, err = o.Create(ok.id, "c-1", "EUR", at)
 		case 1, 2:
-			evs, err = o.AddLine(sku, 1+rng.Int64N(3), order.Money{Amount: 150, Currency: "EUR"}, at)
+			evs, err = o.AddLine(sku, 1+rng.Int64N(3), money.Money{Amount: 150, Currency: "EUR"}, at)
 		case 3:
 			evs, err = o.RemoveLine(sku, at)
 		case 4:
