@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,8 @@ type batch struct {
 	// parked holds the streams parked before the batch and those it parks:
 	// every later event of them is parked behind.
 	parked map[streamKey]bool
-	heads  []int // events the batch parks as their stream's head
+	heads  []int             // events the batch parks as their stream's head
+	headAt map[streamKey]int // the index of each of those heads by stream
 }
 
 // publishFunc publishes msgs, all or nothing as far as the caller knows.
@@ -40,7 +42,7 @@ type publishFunc func(msgs []*message.Message) error
 func (r *Relay) plan(ctx context.Context, recs []event.Record, arrived projections.Arrivals, parked map[streamKey]bool) (*batch, error) {
 	n := len(recs)
 	b := &batch{recs: recs, uses: make([]projections.LedgerUse, n), msgs: make([]*message.Message, n),
-		reasons: make([]string, n), attempts: make([]int, n), parked: parked}
+		reasons: make([]string, n), attempts: make([]int, n), parked: parked, headAt: map[streamKey]int{}}
 	pub := any(r.cfg.Publisher)
 	for i, rec := range recs {
 		if arrived.Copied(rec) {
@@ -70,7 +72,21 @@ func (b *batch) parkBehind(i int) {
 func (b *batch) parkHead(i int, err error, attempts int) {
 	b.msgs[i], b.uses[i], b.reasons[i], b.attempts[i] = nil, projections.LedgerParked, err.Error(), attempts
 	b.parked[keyOf(b.recs[i])] = true
+	b.headAt[keyOf(b.recs[i])] = i
 	b.heads = append(b.heads, i)
+}
+
+// parkedBefore says whether recs[i]'s stream is parked at an earlier event:
+// before the batch, or at a head the batch parked before i (plan parks an
+// oversized event as its head before the events of its stream ahead of it
+// are published).
+func (b *batch) parkedBefore(i int) bool {
+	k := keyOf(b.recs[i])
+	if !b.parked[k] {
+		return false
+	}
+	h, ok := b.headAt[k]
+	return !ok || h < i
 }
 
 // pending returns the messages to publish, in log order.
@@ -118,38 +134,95 @@ func (r *Relay) eventFailed(b *batch, i int, err error) error {
 	return err
 }
 
-// publish publishes the batch's messages with pub, all at once. When that
-// fails for a reason that may be one message's (a permanent failure or a
-// panic; not a broker that does not answer), it publishes them again one
-// at a time, in log order, to find the message: the poison rule then parks
-// its stream, and the events of that stream behind it, and the rest is
-// published. Messages published before the failure are published again
-// (JetStream drops them by their Nats-Msg-Id within its duplicate window;
-// watermill-sql rolled them back with their savepoint).
-func (r *Relay) publish(b *batch, pub publishFunc) error {
-	msgs := b.pending()
-	if len(msgs) == 0 {
-		return nil
+// publish publishes the batch's messages with pub and returns how many of
+// the batch's events it settled (published, parked, or skipped by plan),
+// in log order: all of them, or fewer with the reason it stopped.
+//
+// It hands every message over at once first. When that fails for a reason
+// that may be one message's (a permanent failure or a panic; not a broker
+// that does not answer), it splits the messages in halves, in log order,
+// and publishes each half the same way, down to the single message whose
+// failure the poison rule judges: parked (its stream's later events are
+// parked behind it) or, for a failure that is not yet the event's, the
+// end of the round. The events before that one are settled and commit with
+// the checkpoint: a round never ends with nothing to show when some of its
+// events could be published, so one failing event costs its stream, not
+// the relay (a slow broker once turned a panicking event's one-at-a-time
+// search into a round longer than FinishTimeout, rolled back every time:
+// the HOSTILE chaos scenario). budget bounds the round's publishing: once
+// it is spent, what is settled commits and the rest waits for the next
+// round. Messages published before a failure are published again by a
+// later call (JetStream drops them by their Nats-Msg-Id within its
+// duplicate window; watermill-sql rolled them back with their savepoint).
+func (r *Relay) publish(b *batch, pub publishFunc, budget time.Time) (int, error) {
+	var idx []int
+	for i, m := range b.msgs {
+		if m != nil {
+			idx = append(idx, i)
+		}
+	}
+	if stop, err := r.publishRange(b, pub, idx, budget, true); stop >= 0 {
+		return stop, err
+	}
+	return len(b.recs), nil
+}
+
+// errBudgetSpent ends a round whose publishing took its budget: what it
+// settled commits.
+var errBudgetSpent = errors.New("the batch's time to publish is spent; committing what is published")
+
+// publishRange publishes the messages of the events idx (in log order) and
+// returns -1 once each is published or parked, or the first event it could
+// not settle and why. first is the round's first call, which is made
+// whatever the budget.
+func (r *Relay) publishRange(b *batch, pub publishFunc, idx []int, budget time.Time, first bool) (int, error) {
+	var live []int
+	var msgs []*message.Message
+	for _, i := range idx {
+		if b.parkedBefore(i) {
+			b.parkBehind(i) // its stream's head was parked by this round
+			continue
+		}
+		live, msgs = append(live, i), append(msgs, b.msgs[i])
+	}
+	if len(live) == 0 {
+		return -1, nil
+	}
+	if !first && time.Now().After(budget) {
+		return live[0], errBudgetSpent
 	}
 	err := pub(msgs)
-	if err == nil || classify(err) == failTransient {
-		return err
+	switch {
+	case err == nil:
+		return -1, nil
+	case len(live) == 1:
+		if err := r.eventFailed(b, live[0], err); err != nil {
+			return live[0], err
+		}
+		return -1, nil
+	case classify(err) == failTransient:
+		return live[0], err
 	}
-	for i, m := range b.msgs {
-		if m == nil {
-			continue
-		}
-		if b.parked[keyOf(b.recs[i])] {
-			b.parkBehind(i)
-			continue
-		}
-		if err := pub([]*message.Message{m}); err != nil {
-			if err := r.eventFailed(b, i, err); err != nil {
-				return err
-			}
+	h := len(live) / 2
+	if stop, err := r.publishRange(b, pub, live[:h], budget, false); stop >= 0 {
+		return stop, err
+	}
+	return r.publishRange(b, pub, live[h:], budget, false)
+}
+
+// settle cuts the batch to its first n events, the ones a round settled.
+func (b *batch) settle(n int) {
+	if n == len(b.recs) {
+		return
+	}
+	b.recs, b.uses, b.msgs, b.reasons, b.attempts = b.recs[:n], b.uses[:n], b.msgs[:n], b.reasons[:n], b.attempts[:n]
+	heads := b.heads[:0]
+	for _, i := range b.heads {
+		if i < n {
+			heads = append(heads, i)
 		}
 	}
-	return nil
+	b.heads = heads
 }
 
 // publishTx publishes msgs with the TxPublisher into tx, inside a

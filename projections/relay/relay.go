@@ -156,6 +156,7 @@ type Status struct {
 	Checkpoint event.Position // as of the last advance
 	Published  int64          // messages published by this Relay value (re-publications included)
 	Parked     int64          // events this Relay value parked in the dead-letter store
+	Failed     int64          // rounds of this Relay value that failed (retried with backoff)
 	LastError  string
 	ErrorAt    time.Time
 }
@@ -172,6 +173,7 @@ type Relay struct {
 
 	published atomic.Int64
 	parked    atomic.Int64
+	failed    atomic.Int64
 	panics    map[string]int // owned by Run: attempts of events whose publishing panicked
 	mu        sync.Mutex
 	status    Status
@@ -212,7 +214,7 @@ func (r *Relay) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.status
-	s.Published, s.Parked = r.published.Load(), r.parked.Load()
+	s.Published, s.Parked, s.Failed = r.published.Load(), r.parked.Load(), r.failed.Load()
 	return s
 }
 
@@ -299,7 +301,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FinishTimeout)
-		n, err := r.step(sctx, conn)
+		more, err := r.step(sctx, conn)
 		cancel()
 		if errors.Is(err, errPaused) {
 			// A dead-letter tool works on the relay's letters; it is done
@@ -329,8 +331,8 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 			r.setState(projections.StateRunning)
 			r.logger.Info("relay recovered", "checkpoint", r.checkpoint.Token())
 		}
-		if n == r.cfg.BatchSize {
-			continue // more is probably waiting
+		if more {
+			continue
 		}
 		timer := time.NewTimer(r.cfg.PollInterval)
 		select {
@@ -354,44 +356,49 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // step publishes one batch after the checkpoint and advances the
-// checkpoint. It returns how many events it passed (0: none visible):
-// published, parked under the poison rule (parking.go, poison.go) or
-// skipped as copies of a moved tenant.
-func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
+// checkpoint past the events it settled: published, parked under the
+// poison rule (parking.go, poison.go) or skipped as copies of a moved
+// tenant. more says that events are probably waiting: the batch was full,
+// or the round committed only its first events. A round that failed after
+// settling some events commits them and returns its error.
+func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (more bool, err error) {
 	recs, err := r.log.ReadAll(ctx, r.checkpoint, r.cfg.BatchSize)
 	if err != nil {
-		return 0, fmt.Errorf("read log after %s: %w", r.checkpoint, err)
+		return false, fmt.Errorf("read log after %s: %w", r.checkpoint, err)
 	}
 	if len(recs) == 0 {
-		return 0, nil
+		return false, nil
 	}
 	// A tenant that arrived by a move: the copies of its events were
 	// published by the placement it left (their message IDs are the same,
 	// but a consumer's deduplication window is short).
 	arrived, err := projections.ReadArrivals(ctx, conn, true)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	if err := r.ledger.Load(ctx, conn, recs); err != nil {
-		return 0, err
+		return false, err
 	}
 	next := recs[len(recs)-1].Position
 	tx, parked, err := r.begin(ctx, conn, recs)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	defer rollback(ctx, tx) // a no-op once committed
 	b, err := r.plan(ctx, recs, arrived, parked)
 	if err != nil {
-		return 0, r.publishFailed(fmt.Errorf("publish events after %s: %w", r.checkpoint, err))
+		return false, r.publishFailed(fmt.Errorf("publish events after %s: %w", r.checkpoint, err))
 	}
 	pub := func(msgs []*message.Message) error { return safePublish(r.cfg.Publisher, r.cfg.Topic, msgs) }
 	if r.cfg.Publisher == nil {
 		pub = func(msgs []*message.Message) error { return r.publishTx(ctx, tx, msgs) }
 	}
-	if err := r.publish(b, pub); err != nil {
-		return 0, r.publishFailed(fmt.Errorf("publish %d events after %s: %w", len(b.pending()), r.checkpoint, err))
+	settled, perr := r.publish(b, pub, time.Now().Add(r.cfg.FinishTimeout/2))
+	if settled == 0 {
+		return false, r.publishFailed(fmt.Errorf("publish %d events after %s: %w", len(b.pending()), r.checkpoint, perr))
 	}
+	b.settle(settled)
+	recs, next = b.recs, b.recs[settled-1].Position
 	published := int64(len(b.pending()))
 	if r.cfg.Publisher != nil {
 		r.published.Add(published)
@@ -399,17 +406,17 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 		failpoint.Hit(FailpointAfterPublish)
 	}
 	if err := r.park(ctx, tx, b); err != nil {
-		return 0, err
+		return false, err
 	}
 	counted, err := advance(ctx, tx, r.ledger, r.name, recs, b.uses, r.checkpoint, next)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	if r.cfg.TxPublisher != nil {
 		failpoint.Hit(FailpointBeforeCommit)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit batch after %s: %w", r.checkpoint, err)
+		return false, fmt.Errorf("commit batch after %s: %w", r.checkpoint, err)
 	}
 	if r.cfg.TxPublisher != nil {
 		r.published.Add(published)
@@ -417,13 +424,31 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	r.logParks(b)
 	r.parked.Add(int64(countParked(b)))
-	clear(r.panics)
+	r.forgetPanics(recs, perr == nil)
 	r.checkpoint = next
 	r.ledger.Commit(counted)
 	r.mu.Lock()
 	r.status.Checkpoint = next
 	r.mu.Unlock()
-	return len(recs), nil
+	if perr != nil && !errors.Is(perr, errBudgetSpent) {
+		// The events before the failing one are committed; the round
+		// failed all the same, and the next starts at that event.
+		return true, r.publishFailed(fmt.Errorf("publish events after %s: %w", r.checkpoint, perr))
+	}
+	return perr != nil || len(recs) == r.cfg.BatchSize, nil
+}
+
+// forgetPanics drops the panic counts of committed events: every count
+// when the whole batch committed, else those of recs, the settled part (the
+// event the round stopped at keeps its count).
+func (r *Relay) forgetPanics(recs []event.Record, whole bool) {
+	if whole {
+		clear(r.panics)
+		return
+	}
+	for _, rec := range recs {
+		delete(r.panics, rec.Tenant+"/"+rec.ID)
+	}
 }
 
 // brokerError is a failure of a broker's publisher. It may look like a
@@ -456,6 +481,7 @@ func countParked(b *batch) int {
 }
 
 func (r *Relay) fail(ctx context.Context, conn *pgx.Conn, err error, retryIn time.Duration) {
+	r.failed.Add(1)
 	now := time.Now()
 	r.mu.Lock()
 	first := r.status.State != projections.StateError || r.status.LastError != err.Error()
