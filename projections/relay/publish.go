@@ -117,7 +117,7 @@ func (r *Relay) eventFailed(b *batch, i int, err error) error {
 		// parks this one at once and counts the next. Forgotten here, it
 		// started over, and K such streams in a batch took
 		// PanicAttempts^K rounds. A committed batch clears every count.
-		k := rec.Tenant + "/" + rec.ID
+		k := panicKey(rec)
 		n := r.panics[k] + 1
 		r.panics[k] = n
 		if n >= r.cfg.PanicAttempts {
@@ -188,6 +188,17 @@ func (r *Relay) publishRange(b *batch, pub publishFunc, idx []int, budget time.T
 	if len(live) == 0 {
 		return -1, nil
 	}
+	if j := r.suspect(b, live); j >= 0 && len(live) > 1 {
+		// An event that failed in an earlier round goes alone, the events
+		// around it in one call each: its retries cost no new search.
+		for _, part := range [][]int{live[:j], live[j : j+1], live[j+1:]} {
+			if stop, err := r.publishRange(b, pub, part, budget, first); stop >= 0 {
+				return stop, err
+			}
+			first = first && len(part) == 0
+		}
+		return -1, nil
+	}
 	if !first && time.Now().After(budget) {
 		return live[0], errBudgetSpent
 	}
@@ -209,6 +220,22 @@ func (r *Relay) publishRange(b *batch, pub publishFunc, idx []int, budget time.T
 	}
 	return r.publishRange(b, pub, live[h:], budget, false)
 }
+
+// suspect returns the position in live of the first event whose
+// publishing panicked in an earlier round, or -1.
+func (r *Relay) suspect(b *batch, live []int) int {
+	if len(r.panics) == 0 {
+		return -1
+	}
+	for j, i := range live {
+		if r.panics[panicKey(b.recs[i])] > 0 {
+			return j
+		}
+	}
+	return -1
+}
+
+func panicKey(rec event.Record) string { return rec.Tenant + "/" + rec.ID }
 
 // settle cuts the batch to its first n events, the ones a round settled.
 func (b *batch) settle(n int) {

@@ -318,6 +318,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 			if conn.IsClosed() || (!errors.As(err, &broker) && db.IsUnavailable(err)) || errors.Is(err, errCheckpointMoved) {
 				return err
 			}
+			if more {
+				errDelay = 0 // the round committed its first events: the backoff counts rounds without progress
+			}
 			errDelay = min(max(2*errDelay, r.cfg.MinErrorBackoff), r.cfg.MaxErrorBackoff)
 			r.fail(ctx, conn, err, errDelay)
 			if !pgsession.Sleep(ctx, errDelay) {
@@ -447,7 +450,7 @@ func (r *Relay) forgetPanics(recs []event.Record, whole bool) {
 		return
 	}
 	for _, rec := range recs {
-		delete(r.panics, rec.Tenant+"/"+rec.ID)
+		delete(r.panics, panicKey(rec))
 	}
 }
 
