@@ -174,80 +174,16 @@ func (r *Runner) setState(s State) {
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
 	r.setState(StateStarting)
-	var conn *pgx.Conn
-	defer func() { pgsession.Close(conn) }()
-	standbyLogged, pausedLogged := false, false
-	var backoff pgsession.Backoff
-	for ctx.Err() == nil {
-		if conn == nil || conn.IsClosed() {
-			pgsession.Close(conn)
-			conn = nil
-			c, err := r.connect(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					r.logger.Warn("projection runner cannot connect; retrying", "error", err.Error(), "retry_in", r.cfg.LeaseRetry.String())
-				}
-				pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-				continue
-			}
-			conn = c
-		}
-		paused, err := pauseRequested(ctx, conn, r.key)
-		if err == nil && paused {
-			if !pausedLogged {
-				r.logger.Info("projection runner paused: a replay operation holds the projection")
-				pausedLogged = true
-			}
-			r.setState(StatePaused)
-			pgsession.Sleep(ctx, pauseRetry)
-			continue
-		}
-		pausedLogged = false
-		var ok bool
-		if err == nil {
-			ok, err = lease.Try(ctx, conn, r.key)
-		}
-		if err != nil {
-			pgsession.Close(conn)
-			conn = nil
-			if ctx.Err() == nil {
-				r.logger.Warn("projection runner cannot take its lease; retrying", "error", err.Error())
-			}
-			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-			continue
-		}
-		if !ok {
-			r.setState(StateStandby)
-			if !standbyLogged {
-				r.logger.Info("projection runner on standby: another session holds the lease", "retry_every", r.cfg.LeaseRetry.String())
-				standbyLogged = true
-			}
-			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-			continue
-		}
-		standbyLogged = false
-		led := time.Now()
-		err = r.lead(ctx, conn)
-		// Ending the session releases the lease whatever state it is in.
-		lease.Release(conn, r.key)
-		pgsession.Close(conn)
-		conn = nil
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, errYield) {
-			// A tool asked for the projection: it takes the lease now and
-			// the loop waits above until its pause lock is gone.
-			r.setState(StatePaused)
-			continue
-		}
-		r.setState(StateStarting)
-		delay := backoff.After(time.Since(led))
-		r.logger.Warn("projection runner lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
-		pgsession.Sleep(ctx, delay)
-	}
-	return nil
+	l := pgsession.Leader{Lease: lease, Name: r.key, Kind: "projection runner", Connect: r.connect,
+		Paused: func(ctx context.Context, conn *pgx.Conn) (bool, error) { return pauseRequested(ctx, conn, r.key) }, PauseRetry: pauseRetry,
+		Retry: r.cfg.LeaseRetry, Lead: r.lead, Logger: r.logger,
+		OnState: func(s pgsession.LeaderState) { r.setState(leaderStates[s]) }}
+	return l.Run(ctx)
 }
+
+// leaderStates maps the states between leaderships onto a runner's.
+var leaderStates = map[pgsession.LeaderState]State{
+	pgsession.LeaderStarting: StateStarting, pgsession.LeaderStandby: StateStandby, pgsession.LeaderPaused: StatePaused}
 
 // lead runs batches while this session holds the lease. It returns nil when
 // ctx ends, and an error when the session is broken or the lease in doubt.
@@ -550,11 +486,4 @@ func (r *Runner) connect(ctx context.Context) (*pgx.Conn, error) {
 		}
 	}
 	return conn, nil
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

@@ -2,7 +2,7 @@ package projections
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,7 +12,7 @@ import (
 
 // errYield: a tool asked for the projection; the runner gives its lease
 // back and waits until the tool is done.
-var errYield = errors.New("a replay operation asked for the projection")
+var errYield = fmt.Errorf("a replay operation asked for the projection: %w", pgsession.ErrYield)
 
 // pauseRetry is how often a paused runner looks whether the tool is done.
 const pauseRetry = 100 * time.Millisecond

@@ -54,7 +54,7 @@ type RunnerStatus struct {
 
 // errYield: a tool asked for the process (AcquireExclusive); the runner
 // gives its lease back.
-var errYield = errors.New("a tool asked for the process")
+var errYield = fmt.Errorf("a tool asked for the process: %w", pgsession.ErrYield)
 
 // errCheckpointMoved: the checkpoint is not where this runner left it
 // (another session wrongly believed it held the lease too).
@@ -204,75 +204,25 @@ func (r *Runner) wakeUp() {
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
 	r.setState(StateStarting)
-	var conn *pgx.Conn
-	defer func() { pgsession.Close(conn) }()
-	var backoff pgsession.Backoff
-	standbyLogged := false
-	for ctx.Err() == nil {
-		if conn == nil || conn.IsClosed() {
-			pgsession.Close(conn)
-			conn = nil
+	l := pgsession.Leader{Lease: pgsession.ProjectionLease, Name: r.name, Kind: "process runner",
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			c, err := r.pool.Acquire(ctx)
 			if err != nil {
-				if ctx.Err() == nil {
-					r.logger.Warn("process runner cannot connect; retrying", "error", err.Error())
-				}
-				pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-				continue
+				return nil, err
 			}
-			// The lease lives with the session: it must never go back to
-			// the pool holding it.
-			conn = c.Hijack()
-		}
-		paused, err := projections.PauseRequested(ctx, conn, r.name)
-		if err == nil && paused {
-			r.setState(StatePaused)
-			pgsession.Sleep(ctx, min(r.cfg.LeaseRetry, 200*time.Millisecond))
-			continue
-		}
-		ok := false
-		if err == nil {
-			ok, err = projections.TryLease(ctx, conn, r.name)
-		}
-		if err != nil {
-			pgsession.Close(conn)
-			conn = nil
-			if ctx.Err() == nil {
-				r.logger.Warn("process runner cannot take its lease; retrying", "error", err.Error())
-			}
-			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-			continue
-		}
-		if !ok {
-			r.setState(StateStandby)
-			if !standbyLogged {
-				r.logger.Info("process runner on standby: another session holds the lease")
-				standbyLogged = true
-			}
-			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-			continue
-		}
-		standbyLogged = false
-		led := time.Now()
-		err = r.lead(ctx, conn)
-		projections.ReleaseLease(conn, r.name)
-		pgsession.Close(conn)
-		conn = nil
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, errYield) {
-			r.setState(StatePaused)
-			r.logger.Info("process runner yielded to an operator's retry or discard")
-			continue
-		}
-		r.setState(StateStarting)
-		delay := backoff.After(time.Since(led))
-		r.logger.Warn("process runner lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
-		pgsession.Sleep(ctx, delay)
-	}
-	return nil
+			return c.Hijack(), nil // the lease lives with the session: never back to the pool
+		},
+		Paused: func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+			return projections.PauseRequested(ctx, conn, r.name)
+		},
+		PauseRetry: min(r.cfg.LeaseRetry, 200*time.Millisecond), Retry: r.cfg.LeaseRetry, Lead: r.lead, Logger: r.logger,
+		OnState: func(s pgsession.LeaderState) { r.setState(leaderStates[s]) }}
+	return l.Run(ctx)
 }
+
+// leaderStates maps the states between leaderships onto a runner's.
+var leaderStates = map[pgsession.LeaderState]State{
+	pgsession.LeaderStarting: StateStarting, pgsession.LeaderStandby: StateStandby, pgsession.LeaderPaused: StatePaused}
 
 // lead works while this session holds the lease. The dispatcher's
 // executions in flight are cancelled and waited for before it returns, so

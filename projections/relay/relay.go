@@ -232,47 +232,16 @@ func (r *Relay) setState(s projections.State) {
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.setState(projections.StateStopped)
 	r.setState(projections.StateStarting)
-	standbyLogged := false
-	var backoff pgsession.Backoff
-	for ctx.Err() == nil {
-		conn, err := r.connect(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.logger.Warn("relay cannot connect; retrying", "error", err.Error(), "retry_in", r.cfg.LeaseRetry.String())
-			}
-			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-			continue
-		}
-		ok, err := lease.Try(ctx, conn, r.name)
-		if err != nil || !ok {
-			pgsession.Close(conn)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				r.logger.Warn("relay cannot take its lease; retrying", "error", err.Error())
-			case err == nil:
+	l := pgsession.Leader{Lease: lease, Name: r.name, Kind: "relay", Connect: r.connect,
+		Retry: r.cfg.LeaseRetry, Lead: r.lead, Logger: r.logger,
+		OnState: func(s pgsession.LeaderState) {
+			if s == pgsession.LeaderStandby {
 				r.setState(projections.StateStandby)
-				if !standbyLogged {
-					r.logger.Info("relay on standby: another session holds the lease", "retry_every", r.cfg.LeaseRetry.String())
-					standbyLogged = true
-				}
+			} else {
+				r.setState(projections.StateStarting)
 			}
-			pgsession.Sleep(ctx, r.cfg.LeaseRetry)
-			continue
-		}
-		standbyLogged = false
-		led := time.Now()
-		err = r.lead(ctx, conn)
-		lease.Release(conn, r.name)
-		pgsession.Close(conn)
-		if ctx.Err() != nil {
-			return nil
-		}
-		r.setState(projections.StateStarting)
-		delay := backoff.After(time.Since(led))
-		r.logger.Warn("relay lost its session; reconnecting", "error", errString(err), "retry_in", delay.String())
-		pgsession.Sleep(ctx, delay)
-	}
-	return nil
+		}}
+	return l.Run(ctx)
 }
 
 // lead publishes batches while this session holds the lease. It returns
@@ -524,10 +493,3 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
