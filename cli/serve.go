@@ -205,50 +205,78 @@ type readinessCheck struct {
 	check func(ctx context.Context) error
 }
 
-func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.Logger, stdout io.Writer) error {
+// built is a serving process before it listens: its router with every
+// role's routes, its workers, and what to close when it stops (pools, the
+// embedded PostgreSQL, the event store's client, tracing).
+type built struct {
+	a         *app
+	handler   http.Handler // the router, with request IDs, request logs, panic recovery and tracing
+	embedded  *pgembed.Server
+	devSecret bool
+	secret    []byte
+	closers   []func()
+}
+
+// close closes what build opened, last first.
+func (b *built) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+	b.closers = nil
+}
+
+// build wires a serving process with roles: everything serve does before
+// it listens. On an error it closes what it opened.
+func build(ctx context.Context, e env, roles roleSet, logger *slog.Logger, stdout io.Writer) (_ *built, err error) {
+	b := &built{}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
 	mods := e.mods
 	registry, err := mods.Registry()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := mods.CheckProjections(); err != nil {
-		return err
+		return nil, err
 	}
 	apiDoc, err := openapi.Document(mods)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	autoMigrate, err := e.boolean("STRATA_AUTO_MIGRATE", true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	maxConns, err := e.integer("STRATA_DB_MAX_CONNS", 8)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	secret, devSecret, err := e.jwtSecret()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	verifier, err := auth.NewVerifier(secret, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	shutdownTracing, tracing, err := telemetry.SetupTracing(ctx, e.get, "strata", stdout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if testSpanExporter != nil {
 		shutdownTracing, tracing = telemetry.Install(testSpanExporter, "strata"), true
 	}
-	defer func() {
+	b.closers = append(b.closers, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := shutdownTracing(sctx); err != nil {
 			logger.Warn("flush traces", "error", err.Error())
 		}
-	}()
+	})
 	var pgTracer pgx.QueryTracer
 	if tracing {
 		pgTracer = telemetry.PgxTracer{}
@@ -256,17 +284,17 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 
 	conns, err := e.databases(ctx, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer conns.stop()
+	b.closers = append(b.closers, conns.stop)
 	if err := autoMigrateServe(ctx, e, autoMigrate, conns, logger, mods.Lines()); err != nil {
-		return err
+		return nil, err
 	}
 	pools, err := openServing(ctx, e, conns, roles[roleQuery], db.PoolConfig{MaxConns: int32(maxConns), Tracer: pgTracer}, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pools.close()
+	b.closers = append(b.closers, pools.close)
 	appPool, projPool, embedded := pools.app, pools.proj, conns.embedded
 
 	a := &app{
@@ -288,14 +316,14 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.metrics.RegisterPool("projector", projPool)
 	groupCommit, err := e.groupCommit()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a.groupCommit = groupCommit
 	a.store = postgres.New(appPool, projPool, append(groupCommit, postgres.WithAppendHook(a.appended.fire))...)
 	a.events, a.log = a.store, a.store
 	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
 		if !strings.HasPrefix(es, "esdb://") && !strings.HasPrefix(es, "esdb+discover://") {
-			return fmt.Errorf("STRATA_EVENT_STORE: want postgres or an esdb:// URL")
+			return nil, fmt.Errorf("STRATA_EVENT_STORE: want postgres or an esdb:// URL")
 		}
 		opts := []esdb.Option{esdb.WithIdempotencyStore(a.store), esdb.WithLogger(logger)}
 		if ns := e.str("STRATA_ESDB_NAMESPACE", ""); ns != "" {
@@ -303,9 +331,9 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		}
 		es, err := esdb.Open(ctx, es, opts...)
 		if err != nil {
-			return fmt.Errorf("STRATA_EVENT_STORE: %w", err)
+			return nil, fmt.Errorf("STRATA_EVENT_STORE: %w", err)
 		}
-		defer es.Close()
+		b.closers = append(b.closers, func() { es.Close() })
 		a.events, a.log, a.external = notifying{es, a.appended.fire}, es, true
 		a.readiness = append(a.readiness, readinessCheck{"eventstore", es.Ping})
 		logger.Info("event store: EventStoreDB", "url", esdb.Redact(e.str("STRATA_EVENT_STORE", "")))
@@ -326,27 +354,27 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.api.Use(httpapi.Authenticate(verifier))
 	tenants, err := wireTenancy(ctx, a, roles, devSecret)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	limiter, err := newRateLimiter(e, a.metrics, tenants.rates)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	slots, err := newTenantLimiter(e, a.metrics, tenants.slots)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bodyTimeout, err := e.duration("STRATA_BODY_TIMEOUT", httpapi.DefaultBodyTimeout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	maxInFlight, err := e.integer("STRATA_MAX_IN_FLIGHT", httpapi.DefaultMaxInFlight)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	capper, err := httpapi.NewInFlightCap(httpapi.InFlightConfig{Max: maxInFlight, ShedFunc: func(*http.Request) { a.metrics.LoadShed.Inc() }})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The shared cap is taken last: after authentication, the tenant's
 	// rate and its own slot, and once the body has arrived, so that neither
@@ -356,7 +384,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	a.commandAPI = a.api.NewRoute().Subrouter()
 	share, err := newPoolShare(e, maxConns, a.metrics)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a.commandChain = []mux.MiddlewareFunc{tenants.gate, tenants.requests("commands"), limiter.Middleware(httpapi.RateCommands), slots.Middleware(httpapi.SlotCommands), httpapi.BufferBody(bodyTimeout), share.Middleware, capper.Middleware}
 	a.queryAPI = a.api.NewRoute().Subrouter()
@@ -374,7 +402,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	// routes send a placed tenant's requests to it first.
 	placed, err := wirePlacements(ctx, a, conns, roles, db.PoolConfig{MaxConns: int32(maxConns), Tracer: pgTracer}, autoMigrate, tenants.dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a.commandAPI.Use(append([]mux.MiddlewareFunc{placed.route}, a.commandChain...)...)
 	a.queryAPI.Use(append([]mux.MiddlewareFunc{placed.route}, a.queryChain...)...)
@@ -385,7 +413,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	}{{roleCommand, wireCommand}, {roleCommand, wireNotifier}, {roleQuery, wireQuery}, {roleQuery, wireAdmin}, {roleProjector, wireProjector}, {roleProjector, wireProcesses}, {roleProjector, wireRelay}, {roleProjector, wireRetention}} {
 		if roles[w.role] {
 			if err := w.wire(a); err != nil {
-				return fmt.Errorf("start %s role: %w", w.role, err)
+				return nil, fmt.Errorf("start %s role: %w", w.role, err)
 			}
 		}
 	}
@@ -396,7 +424,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	// on another.
 	apiPaths, err := documentedPaths(apiDoc)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	httpapi.SetMisses(a.router, apiPaths)
 
@@ -404,6 +432,19 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 	if tracing {
 		handler = otelhttp.NewHandler(handler, "http.server")
 	}
+	b.a, b.handler, b.embedded, b.devSecret, b.secret = a, handler, embedded, devSecret, secret
+	return b, nil
+}
+
+// serve runs a serving process on addr until ctx ends or a component
+// fails: build, listen, run the workers, shut down within shutdownTimeout.
+func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.Logger, stdout io.Writer) error {
+	b, err := build(ctx, e, roles, logger, stdout)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	a := b.a
 	if pprofAddr := e.str("STRATA_PPROF_ADDR", ""); pprofAddr != "" {
 		// Profiling on a separate listener, never on the API's port.
 		pm := http.NewServeMux()
@@ -426,7 +467,7 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		defer stopMetrics()
 		metricsURL = murl
 	}
-	srv := httpapi.NewServer(addr, handler)
+	srv := httpapi.NewServer(addr, b.handler)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -436,10 +477,26 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		testRouterHook(baseURL, a.router)
 	}
 
+	failed := make(chan error, 1)
+	go func() {
+		if err := srv.Serve(httpapi.ServerAnswers(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			failed <- err
+		}
+	}()
+	logger.Info("serving", "url", baseURL, "roles", roles.String())
+	printBanner(stdout, baseURL, metricsURL, roles, b.embedded, b.devSecret, b.secret)
+	return a.runWorkers(ctx, failed, srv.Shutdown)
+}
+
+// runWorkers runs the app's workers until ctx ends or one of them (or
+// failed, the listener's) fails, then stops: shutdown (the HTTP server's,
+// or nil) first, then the workers, all within shutdownTimeout.
+func (a *app) runWorkers(ctx context.Context, failed <-chan error, shutdown func(context.Context) error) error {
+	logger := a.logger
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()
 	var wg sync.WaitGroup
-	werr := make(chan error, len(a.workers)+1)
+	werr := make(chan error, len(a.workers))
 	for _, w := range a.workers {
 		wg.Add(1)
 		go func() {
@@ -449,25 +506,21 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 			}
 		}()
 	}
-	go func() {
-		if err := srv.Serve(httpapi.ServerAnswers(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			werr <- err
-		}
-	}()
-	logger.Info("serving", "url", baseURL, "roles", roles.String())
-	printBanner(stdout, baseURL, metricsURL, roles, embedded, devSecret, secret)
-
 	var failure error
 	select {
 	case failure = <-werr:
+		logger.Error("a component failed; shutting down", "error", failure.Error())
+	case failure = <-failed:
 		logger.Error("a component failed; shutting down", "error", failure.Error())
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down", "timeout", shutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		failure = errors.Join(failure, fmt.Errorf("shutdown: %w", err))
+	if shutdown != nil {
+		if err := shutdown(sctx); err != nil {
+			failure = errors.Join(failure, fmt.Errorf("shutdown: %w", err))
+		}
 	}
 	stopWorkers()
 	done := make(chan struct{})
