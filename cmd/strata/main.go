@@ -12,21 +12,15 @@ import (
 	"syscall"
 
 	"github.com/strata-es/strata"
+	"github.com/strata-es/strata/cmd/strata/bench"
 	"github.com/strata-es/strata/examples"
-)
-
-// Exit codes of the bench command, as the engine's.
-const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "bench" {
-		os.Exit(cmdBench(ctx, os.Args[2:], os.Stdout, os.Stderr))
+		os.Exit(bench.Command(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(strata.Main(ctx, os.Args[1:], examples.All()...))
 }

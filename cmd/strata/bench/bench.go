@@ -27,7 +27,7 @@ type Config struct {
 	Warmup     time.Duration // unmeasured time before each run
 	CatchUp    int           // events seeded for the catch-up and rebuild workloads
 	Workloads  []string      // names to run; empty = all
-	Progress   io.Writer     // progress lines
+	Progress   io.Writer     `json:"-"` // progress lines
 	StrataPath string        // binary used for end-to-end workloads (strata serve)
 	// PGStats, when above zero, loads pg_stat_statements and prints each
 	// workload's top PGStats statements by execution time: where

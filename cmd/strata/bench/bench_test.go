@@ -3,34 +3,50 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestAppendWorkloadWithPGStats runs the append workload end to end on its
-// own throwaway PostgreSQL, tiny: every writer count reports a measured
-// throughput next to its raw baseline, and --pg-stats prints the
-// statements that ran, strata's append and the baseline's INSERT.
+// TestAppendWorkloadWithPGStats runs `strata bench` (Command) on the
+// append workload end to end on its own throwaway PostgreSQL, tiny: every
+// writer count reports a measured throughput next to its raw baseline,
+// --pg-stats prints the statements that ran, strata's append and the
+// baseline's INSERT, and the results land where --out and --docs say
+// (folders created).
 func TestAppendWorkloadWithPGStats(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var progress bytes.Buffer
-	cfg := Config{Runs: 1, Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		Workloads: []string{"append"}, Progress: &progress, PGStats: 5}
-	dir, err := os.MkdirTemp("", "strata-bench-test-") // t.TempDir's parent is private: the postgres user must traverse it when we are root
+	dir := t.TempDir()
+	out, docs := filepath.Join(dir, "results", "bench.json"), filepath.Join(dir, "docs")
+	if err := os.MkdirAll(docs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, progress bytes.Buffer
+	code := Command(ctx, []string{"--workloads", "append", "--runs", "1", "--duration", "300ms", "--warmup", "100ms", "--pg-stats", "5",
+		"--out", out, "--docs", docs}, &stdout, &progress)
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s", code, progress.String())
+	}
+	if !strings.Contains(stdout.String(), "results written to "+out) {
+		t.Errorf("stdout %q: want where the results went", stdout.String())
+	}
+	for _, f := range []string{"latest.md", "latency.png"} {
+		if st, err := os.Stat(filepath.Join(docs, f)); err != nil || st.Size() == 0 {
+			t.Errorf("--docs: %s: %v", f, err)
+		}
+	}
+	raw, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := Execute(ctx, dir+"/pg", cfg)
-	if err != nil {
-		t.Fatalf("execute: %v\n%s", err, progress.String())
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatalf("results file: %v", err)
 	}
 	if got := rep.PostgreSQL["shared_preload_libraries"]; got != "pg_stat_statements" {
 		t.Errorf("settings in the report: shared_preload_libraries = %q, want pg_stat_statements", got)
@@ -55,10 +71,10 @@ func TestAppendWorkloadWithPGStats(t *testing.T) {
 	if strings.Join(writers, ",") != strings.Join(want, ",") {
 		t.Errorf("append results %v, want %v", writers, want)
 	}
-	out := progress.String()
+	lines := progress.String()
 	for _, want := range []string{"pg_stat_statements, append: top 5", "INSERT INTO public.raw_events", "WITH cur AS"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("progress lacks %q:\n%s", want, out)
+		if !strings.Contains(lines, want) {
+			t.Errorf("progress lacks %q:\n%s", want, lines)
 		}
 	}
 }

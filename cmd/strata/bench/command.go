@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -8,19 +8,28 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
-
-	"github.com/strata-es/strata/cmd/strata/bench"
 )
 
-func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Exit codes of Command, as the engine's command line's.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// Command is `strata bench ARGS`: it parses the flags, runs the workloads
+// (Execute) and writes the table, the JSON results and, with --docs, the
+// markdown table and the plot. It returns the exit code.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "a one-minute smoke run of every workload")
 	out := fs.String("out", "bench-results/bench.json", "JSON results file")
 	docs := fs.String("docs", "", "also write DIR/latest.md (the table) and DIR/latency.png (the plot)")
-	only := fs.String("workloads", "", "comma-separated subset of: "+strings.Join(bench.Names(), ","))
+	only := fs.String("workloads", "", "comma-separated subset of: "+strings.Join(Names(), ","))
 	runs := fs.Int("runs", 0, "repetitions per variant (default 3, quick 1)")
 	dur := fs.Duration("duration", 0, "measured time per run (default 10s, quick 2s)")
+	warmup := fs.Duration("warmup", 0, "unmeasured time before each run (default 2s, quick 500ms)")
 	pgStats := fs.Int("pg-stats", 0, "load pg_stat_statements and print each workload's top N statements by execution time")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process workloads: append, catchup, rebuild, verify) to FILE")
 	if err := fs.Parse(args); err != nil {
@@ -39,15 +48,18 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := bench.Full()
+	cfg := Full()
 	if *quick {
-		cfg = bench.Quick()
+		cfg = Quick()
 	}
 	if *runs > 0 {
 		cfg.Runs = *runs
 	}
 	if *dur > 0 {
 		cfg.Duration = *dur
+	}
+	if *warmup > 0 {
+		cfg.Warmup = *warmup
 	}
 	if *only != "" {
 		cfg.Workloads = strings.Split(*only, ",")
@@ -67,7 +79,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "strata bench:", err)
 		return exitFailure
 	}
-	rep, err := bench.Execute(ctx, dir+"/pg", cfg)
+	rep, err := Execute(ctx, dir+"/pg", cfg)
 	if rep != nil && len(rep.Results) > 0 {
 		rep.WriteTable(stdout)
 		if *out != "" {
