@@ -140,6 +140,17 @@ type Log interface {
 	Head(ctx context.Context) (event.Position, error)
 }
 
+// TenantLog is implemented by logs that can read one tenant's events in
+// log order without reading the others' (PostgreSQL, through an index of
+// the log by tenant). Tenant-scoped tools use it when the log offers it and
+// read the global log with a filter otherwise.
+type TenantLog interface {
+	// ReadTenant returns up to limit events of tenant after the given
+	// position in log order, with ReadAll's guarantee: an event not
+	// returned now is never positioned at or before the last returned one.
+	ReadTenant(ctx context.Context, tenant string, after event.Position, limit int) ([]event.Record, error)
+}
+
 // IdempotencyRecord is the stored outcome of a command sent with an
 // idempotency key.
 type IdempotencyRecord struct {

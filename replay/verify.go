@@ -10,6 +10,7 @@ import (
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -168,10 +169,17 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 		want[t] = true
 	}
 
-	// One pass over the log up to the furthest checkpoint.
+	// One pass over the log up to the furthest checkpoint: for one tenant,
+	// over that tenant's events alone when the log can read them so.
+	read := s.cfg.Log.ReadAll
+	if tl, ok := s.cfg.Log.(eventstore.TenantLog); ok && o.Tenant != "" {
+		read = func(ctx context.Context, after event.Position, limit int) ([]event.Record, error) {
+			return tl.ReadTenant(ctx, o.Tenant, after, limit)
+		}
+	}
 	var after event.Position
 	for after.Less(until) {
-		recs, err := s.cfg.Log.ReadAll(ctx, after, verifyPage)
+		recs, err := read(ctx, after, verifyPage)
 		if err != nil {
 			return nil, fmt.Errorf("read the log after %s: %w", after, err)
 		}

@@ -108,6 +108,13 @@ func TestVerifyCompleteAndSkipped(t *testing.T) {
 		t.Fatalf("lossy runner: want event %s missing, got %+v (event %+v)", lost.ID, bad, bad.Event)
 	}
 	t.Logf("caught: %s tenant %s: %s event %s (%s v%d) after %s", bad.Projection, bad.Tenant, bad.Problem, bad.Event.ID, bad.Event.Stream, bad.Event.Version, bad.After)
+	// For one tenant the log is read through its index by tenant
+	// (eventstore.TenantLog): the same verdict, found without the others.
+	one := verdictsOf(ctx, t, b, replay.VerifyOptions{Projections: []string{lossy.Name()}, Tenant: mid.tenant})[lossy.Name()+"/"+mid.tenant]
+	if one.Complete || one.Problem != bad.Problem || one.Event == nil || one.Event.ID != bad.Event.ID || one.After != bad.After ||
+		one.StoreEvents != bad.StoreEvents {
+		t.Fatalf("verify --tenant %s: %+v, want the all-tenant verdict %+v", mid.tenant, one, bad)
+	}
 	for _, tenant := range tenants {
 		if tenant != mid.tenant && !vs[lossy.Name()+"/"+tenant].Complete {
 			t.Fatalf("tenant %s was not touched by the loss: %+v", tenant, vs[lossy.Name()+"/"+tenant])

@@ -30,6 +30,7 @@ var (
 	_ eventstore.Store            = (*Store)(nil)
 	_ eventstore.Log              = (*Store)(nil)
 	_ eventstore.IdempotencyStore = (*Store)(nil)
+	_ eventstore.TenantLog        = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -377,6 +378,33 @@ func (s *Store) ReadAll(ctx context.Context, after event.Position, limit int) ([
 	recs, err := scanRecords(rows)
 	if err != nil {
 		return nil, translate("read all", err)
+	}
+	return recs, nil
+}
+
+const readTenantSQL = `SELECT ` + selectColumns + ` FROM events
+WHERE tenant_id = $1 AND (tx_id, position) > ($2::text::xid8, $3::bigint)
+  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY events.tx_id, events.position
+LIMIT $4`
+
+// ReadTenant implements eventstore.TenantLog through the index
+// events_tenant_log (tenant_id, tx_id, position), under the same horizon
+// as ReadAll.
+func (s *Store) ReadTenant(ctx context.Context, tenant string, after event.Position, limit int) ([]event.Record, error) {
+	if s.projector == nil {
+		return nil, errors.New("read tenant: store opened without a projector pool")
+	}
+	if limit <= 0 {
+		limit = 500
+	}
+	rows, err := s.projector.Query(ctx, readTenantSQL, tenant, strconv.FormatUint(after.Major, 10), int64(after.Minor), limit)
+	if err != nil {
+		return nil, translate("read tenant", err)
+	}
+	recs, err := scanRecords(rows)
+	if err != nil {
+		return nil, translate("read tenant", err)
 	}
 	return recs, nil
 }
