@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/internal/failpoint"
 )
 
@@ -32,6 +33,9 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	var recs []event.Record
 	var decoded *sharedBatch
 	var err error
+	if tl, ok := r.log.(eventstore.TenantLog); ok && r.cfg.Tenant != "" && r.cfg.Shared == nil {
+		return r.stepTenant(ctx, conn, tl, began)
+	}
 	if sh := r.cfg.Shared; sh != nil {
 		decoded, err = sh.read(ctx, r, r.checkpoint, r.readSize(), r.catchingUp, r.wakeTakenAt)
 		if decoded != nil {

@@ -106,6 +106,14 @@ type RunnerConfig struct {
 	// the others advance the checkpoint like events of types the
 	// projection does not handle (a rebuild of one tenant).
 	Filter func(event.Record) bool
+	// Tenant, when set, confines the runner to one tenant's events (a
+	// rebuild of one tenant). Where the log can read one tenant's events
+	// (eventstore.TenantLog) and no SharedReads is set, the runner reads
+	// those alone and moves its checkpoint past the other tenants' events
+	// without reading them, so its cost follows the tenant's size;
+	// otherwise it reads the global log and skips the others, as Filter
+	// does (set both).
+	Tenant string
 	// OnBatch, when set, is called after every committed batch (progress
 	// of a rebuild).
 	OnBatch func(BatchInfo)

@@ -261,8 +261,12 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 	cfg.Shared, cfg.Wake, cfg.Progress = shared, nil, nil
 	cfg.Logger = s.cfg.Logger
 	if o.Tenant != "" {
+		// The tenant's events alone, read through the log's index by
+		// tenant where it has one (a shared read of the whole log would
+		// defeat it).
 		tenant := o.Tenant
 		cfg.Filter = func(rec event.Record) bool { return rec.Tenant == tenant }
+		cfg.Tenant, cfg.Shared = tenant, nil
 	}
 	cfg.OnBatch = func(b projections.BatchInfo) {
 		res.Events += int64(b.Events)

@@ -362,8 +362,19 @@ func TestRebuildTenant(t *testing.T) {
 	if got := dumpTables(ctx, t, d.AdminURL, liveTables(orderview.All()...)); got != damaged {
 		t.Fatal("the plan changed rows")
 	}
-	if _, err := ls.svc.Rebuild(ctx, replay.RebuildOptions{Tenant: "acme", Actor: "test"}); err != nil {
+	// The rebuild reads acme's events through the log's index by tenant
+	// (eventstore.TenantLog): not one of beta's events is read.
+	counting := &othersCounter{Store: ls.bundle.store, tenant: "acme"}
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Pool: d.Projector, App: d.App, Log: counting, Projections: orderview.All(),
+		Logger: quiet(), Runner: projections.RunnerConfig{Registry: order.Registry, BatchSize: 500}, YieldTimeout: 20 * time.Second})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: "acme", Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := counting.others.Load(); n != 0 {
+		t.Errorf("the rebuild of acme read %d events of other tenants from the global log", n)
 	}
 	head := ls.waitLive(ctx, t)
 	fresh := dumpTables(ctx, t, d.AdminURL, freshRebuild(ctx, t, ls.bundle, head, orderview.All()...))
@@ -635,4 +646,22 @@ func TestRebuildThroughServingLogins(t *testing.T) {
 	if !strings.Contains(got, `"tenant_id": "beta"`) {
 		t.Error("nothing was rebuilt")
 	}
+}
+
+// othersCounter is a store that counts the events of tenants other than
+// tenant its global log read returns.
+type othersCounter struct {
+	*postgres.Store
+	tenant string
+	others atomic.Int64
+}
+
+func (c *othersCounter) ReadAll(ctx context.Context, after event.Position, limit int) ([]event.Record, error) {
+	recs, err := c.Store.ReadAll(ctx, after, limit)
+	for _, r := range recs {
+		if r.Tenant != c.tenant {
+			c.others.Add(1)
+		}
+	}
+	return recs, err
 }
