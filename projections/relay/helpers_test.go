@@ -388,3 +388,15 @@ func tableDiff(ctx context.Context, t testing.TB, conn *pgx.Conn, want, got stri
 	}
 	return b.String()
 }
+
+// natsPublisher returns the relay's JetStream publisher on url, closed
+// when the test ends.
+func natsPublisher(t testing.TB, url string) *NATSPublisher {
+	t.Helper()
+	pub, err := NewNATSPublisher(NATSConfig{URL: url, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
+}

@@ -262,11 +262,7 @@ func TestRelayRecoversPublisherPanic(t *testing.T) {
 	if err := seed(ctx, admin, 0, evs); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := NewNATSPublisher(NATSConfig{URL: url, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
+	pub := natsPublisher(t, url)
 	bad := &panicky{Publisher: pub, eventID: eventID(1)}
 	r := startRelay(ctx, t, d, Config{Topic: topic, Publisher: bad, PanicAttempts: 2, PollInterval: 20 * time.Millisecond,
 		MinErrorBackoff: 20 * time.Millisecond, MaxErrorBackoff: 50 * time.Millisecond, Logger: quietLogger()})
@@ -337,11 +333,7 @@ func TestRelayParksSeveralPanickingStreamsOfOneBatch(t *testing.T) {
 	if err := seed(ctx, admin, 0, evs); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := NewNATSPublisher(NATSConfig{URL: url, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
+	pub := natsPublisher(t, url)
 	const attempts, poison = 3, 3
 	bad := &panickyMany{Publisher: pub, eventIDs: map[string]bool{eventID(0): true, eventID(2): true, eventID(4): true}}
 	r := startRelay(ctx, t, d, Config{Topic: topic, Publisher: bad, PanicAttempts: attempts, PollInterval: 20 * time.Millisecond,
@@ -389,11 +381,7 @@ func TestRelayPoisonBehindSlowBrokerMakesProgress(t *testing.T) {
 	if err := seed(ctx, admin, 0, evs); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := NewNATSPublisher(NATSConfig{URL: url, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
+	pub := natsPublisher(t, url)
 	bad := &panickyMany{Publisher: pub, eventIDs: map[string]bool{eventID(90): true, eventID(150): true}, delay: 40 * time.Millisecond}
 	r := startRelay(ctx, t, d, Config{Topic: topic, Publisher: bad, BatchSize: n, PanicAttempts: 2, FinishTimeout: 2 * time.Second,
 		PollInterval: 20 * time.Millisecond, MinErrorBackoff: 10 * time.Millisecond, MaxErrorBackoff: 20 * time.Millisecond, Logger: quietLogger()})
@@ -750,11 +738,7 @@ func TestRelayRetryWaitsForBatchInFlight(t *testing.T) {
 	if err := seed(ctx, admin, 0, []genEvent{noteEvent("t-a", "order-a", 1, 100), noteEvent("t-a", "order-a", 2, 3000), noteEvent("t-b", "order-b", 1, 100)}); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := NewNATSPublisher(NATSConfig{URL: url, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
+	pub := natsPublisher(t, url)
 	gate := &gatedPublisher{NATSPublisher: pub, entered: make(chan struct{}), release: make(chan struct{})}
 	var released sync.Once
 	open := func() { released.Do(func() { close(gate.release) }) }
