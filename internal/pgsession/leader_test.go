@@ -78,7 +78,7 @@ func TestLeaderOneLeadsOthersStandBy(t *testing.T) {
 	newLeader := func(p *leaderProbe) *Leader {
 		return &Leader{Lease: Lease{Class: 0x54455354, Namespace: "test"}, Name: "worker", Kind: "test worker",
 			Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) },
-			Paused: func(context.Context, *pgx.Conn) (bool, error) { return held.Load(), nil }, PauseRetry: 10 * time.Millisecond,
+			Paused:  func(context.Context, *pgx.Conn) (bool, error) { return held.Load(), nil }, PauseRetry: 10 * time.Millisecond,
 			Retry: 20 * time.Millisecond, Lead: p.lead, OnState: p.state, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
 	a, b := &leaderProbe{end: make(chan error)}, &leaderProbe{end: make(chan error)}
