@@ -132,9 +132,8 @@ func (s *Service) Plan(ctx context.Context, o RebuildOptions) (Plan, error) {
 			return Plan{}, err
 		}
 		if o.Tenant != "" {
-			if err := s.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND (tx_id, position) > ($2::text::xid8, $3::bigint)`,
-				o.Tenant, strconv.FormatUint(start.Major, 10), int64(start.Minor)).Scan(&pl.TenantEvents); err != nil {
-				return Plan{}, fmt.Errorf("count the tenant's events: %w", err)
+			if pl.TenantEvents, err = s.tenantEvents(ctx, o.Tenant, start); err != nil {
+				return Plan{}, err
 			}
 		}
 		most = max(most, pl.Events)
@@ -150,6 +149,17 @@ func (s *Service) countStreamEvents(ctx context.Context, tenant string, streams 
 AND (tx_id, position) <= ($3::text::xid8, $4::bigint)`, tenant, streams, strconv.FormatUint(until.Major, 10), int64(until.Minor)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count events of touched streams: %w", err)
+	}
+	return n, nil
+}
+
+// tenantEvents counts tenant's events after start in the log (through the
+// index of the log by tenant).
+func (s *Service) tenantEvents(ctx context.Context, tenant string, start event.Position) (int64, error) {
+	var n int64
+	if err := s.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND (tx_id, position) > ($2::text::xid8, $3::bigint)`,
+		tenant, strconv.FormatUint(start.Major, 10), int64(start.Minor)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the tenant's events: %w", err)
 	}
 	return n, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -280,7 +281,14 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 	if err != nil {
 		return res, err
 	}
-	total, _, err := s.cfg.Log.Lag(ctx, cps[key].Position)
+	// The work ahead: the log after the shadow's checkpoint, or the
+	// tenant's events alone when the runner reads those alone.
+	var total int64
+	if _, ok := s.cfg.Log.(eventstore.TenantLog); ok && o.Tenant != "" {
+		total, err = s.tenantEvents(ctx, o.Tenant, cps[key].Position)
+	} else {
+		total, _, err = s.cfg.Log.Lag(ctx, cps[key].Position)
+	}
 	if err != nil {
 		return res, err
 	}

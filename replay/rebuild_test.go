@@ -370,8 +370,19 @@ func TestRebuildTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: "acme", Actor: "test"}); err != nil {
+	var last replay.Progress
+	var mu sync.Mutex
+	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: "acme", Actor: "test", ProgressEvery: time.Nanosecond,
+		Progress: func(p replay.Progress) { mu.Lock(); last = p; mu.Unlock() }}); err != nil {
 		t.Fatal(err)
+	}
+	var tenantEvents int64 // progress reports the projection with the most work
+	for _, pl := range plan.Projections {
+		tenantEvents = max(tenantEvents, pl.TenantEvents)
+	}
+	if last.Total != tenantEvents || last.Done != last.Total {
+		t.Errorf("progress at the end: %d of %d events, want acme's %d of %d (the work is the tenant's, not the log's)",
+			last.Done, last.Total, tenantEvents, tenantEvents)
 	}
 	if n := counting.others.Load(); n != 0 {
 		t.Errorf("the rebuild of acme read %d events of other tenants from the global log", n)
