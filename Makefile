@@ -28,8 +28,18 @@ PGBOUNCER ?= $(shell command -v pgbouncer 2>/dev/null || ls /usr/sbin/pgbouncer 
 CHROMIUM ?= $(shell ls /usr/bin/chromium 2>/dev/null)
 
 .PHONY: deps
-deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer and chromium) when it is missing
-	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium
+deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer and chromium, Ory Hydra) when it is missing
+	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium deps/hydra
+
+# Ory Hydra: the OpenID Connect provider of the identity tests
+# (cli/serve_identity_test.go), built from the module proxy into bin/hydra
+# from internal/hydra/tool, a module of its own that pins its version. The
+# tests build it themselves when it is missing; this does it up front.
+.PHONY: deps/hydra
+deps/hydra:
+	@if [ -x bin/hydra ]; then exit 0; fi; \
+	echo "make deps: building Ory Hydra into bin/hydra (a few minutes the first time)"; \
+	mkdir -p bin && cd internal/hydra/tool && GOWORK=off $(GO) build -o ../../../bin/hydra github.com/ory/hydra/v2
 
 .PHONY: deps/pgbouncer
 deps/pgbouncer:
@@ -74,7 +84,7 @@ FUZZ_TARGETS := \
 	./examples/orders/ordercmd:FuzzPayRequest ./examples/orders/ordercmd:FuzzCancelRequest \
 	./examples/orders/ordercmd:FuzzEmptyRequest ./commands/commandapi:FuzzParseIfMatch \
 	./commands/commandapi:FuzzIdempotencyKey ./examples/orders/ordercmd:FuzzCommandRoutes \
-	./auth:FuzzParse ./auth:FuzzParseSigned \
+	./auth:FuzzParse ./auth:FuzzParseSigned ./auth:FuzzParseProviderSigned ./auth:FuzzParseKeySet \
 	./domain/event:FuzzParseToken ./domain/event:FuzzTokenRoundTrip ./domain/event:FuzzDecodeMetadata ./domain/event:FuzzParsePlacedToken
 FUZZTIME ?= 60s
 

@@ -7,7 +7,6 @@ package auth
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -16,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -56,6 +54,14 @@ func (c Claims) HasScope(s string) bool {
 	return false
 }
 
+// TokenVerifier turns a bearer token into its verified claims. Verifier
+// checks strata's own HS256 tokens (development, `strata token`);
+// ProviderVerifier checks an identity provider's tokens against its
+// published keys.
+type TokenVerifier interface {
+	Parse(token string) (Claims, error)
+}
+
 // ErrInvalidToken is returned for every token that fails verification. Its
 // wrapped detail is for logs; clients get one generic answer.
 var ErrInvalidToken = errors.New("invalid token")
@@ -84,18 +90,8 @@ type Verifier struct {
 	secret []byte
 	parser *jwt.Parser
 	now    func() time.Time
-
-	// Verified tokens, by their SHA-256: a client sends the same token with
-	// every request, and verifying it (HMAC, two JSON decodes) was a sixth
-	// of the query API's CPU. Only tokens that passed every check are kept,
-	// keyed by the whole token (signature included), and each is used only
-	// until it expires.
-	mu    sync.Mutex
-	cache map[[32]byte]Claims
+	cache  *verifiedCache
 }
-
-// verifiedCacheSize bounds the verified-token cache.
-const verifiedCacheSize = 10_000
 
 // NewVerifier returns a verifier for secret. now may be nil (time.Now).
 func NewVerifier(secret []byte, now func() time.Time) (*Verifier, error) {
@@ -107,7 +103,7 @@ func NewVerifier(secret []byte, now func() time.Time) (*Verifier, error) {
 	}
 	return &Verifier{
 		now:    now,
-		cache:  map[[32]byte]Claims{},
+		cache:  newVerifiedCache(),
 		secret: secret,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{"HS256"}), // no "none", no algorithm confusion
@@ -129,26 +125,15 @@ func (v *Verifier) Parse(token string) (Claims, error) {
 	if !compactJWS(token) {
 		return Claims{}, fmt.Errorf("%w: not three base64url segments", ErrInvalidToken)
 	}
-	key := sha256.Sum256([]byte(token))
-	v.mu.Lock()
-	c, ok := v.cache[key]
-	v.mu.Unlock()
-	if ok && v.now().Before(c.ExpiresAt.Add(leeway)) {
-		return c, nil
+	hit, key, ok := v.cache.get(token, v.now())
+	if ok {
+		return hit.claims, nil
 	}
 	c, err := v.verify(token)
 	if err != nil {
 		return Claims{}, err
 	}
-	v.mu.Lock()
-	if len(v.cache) >= verifiedCacheSize {
-		for k := range v.cache { // evict an arbitrary entry
-			delete(v.cache, k)
-			break
-		}
-	}
-	v.cache[key] = c
-	v.mu.Unlock()
+	v.cache.put(key, cachedToken{claims: c})
 	return c, nil
 }
 
@@ -192,7 +177,7 @@ func (v *Verifier) verify(token string) (Claims, error) {
 	if lifetime > MaxLifetime {
 		return Claims{}, fmt.Errorf("%w: valid for %s, longer than %s", ErrInvalidToken, lifetime.Round(time.Second), MaxLifetime)
 	}
-	if err := checkClaimKeys(token); err != nil {
+	if err := checkClaimKeys(token, knownClaims); err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	tenant, err := domain.ParseTenantID(wc.Tenant)
@@ -202,16 +187,21 @@ func (v *Verifier) verify(token string) (Claims, error) {
 	if wc.Subject == "" || len(wc.Subject) > 256 {
 		return Claims{}, fmt.Errorf("%w: sub claim missing or too long", ErrInvalidToken)
 	}
-	c := Claims{Subject: wc.Subject, Tenant: tenant, CrossTenant: wc.CrossTenant, ExpiresAt: wc.ExpiresAt.Time}
-	// scope is a list delimited by U+0020 (RFC 8693 4.2, RFC 6749 3.3),
-	// nothing else: strings.Fields also splits on U+00A0 and the like, so
-	// "read\u00a0admin", one scope to the signer, granted admin.
-	for _, s := range strings.Split(wc.Scope, " ") {
+	return Claims{Subject: wc.Subject, Tenant: tenant, CrossTenant: wc.CrossTenant, ExpiresAt: wc.ExpiresAt.Time,
+		Scopes: splitScope(wc.Scope, nil)}, nil
+}
+
+// splitScope appends the scopes of a scope claim to to. scope is a list
+// delimited by U+0020 (RFC 8693 4.2, RFC 6749 3.3), nothing else:
+// strings.Fields also splits on U+00A0 and the like, so "read\u00a0admin",
+// one scope to the signer, granted admin.
+func splitScope(scope string, to []string) []string {
+	for _, s := range strings.Split(scope, " ") {
 		if s != "" {
-			c.Scopes = append(c.Scopes, s)
+			to = append(to, s)
 		}
 	}
-	return c, nil
+	return to
 }
 
 // Sign issues a token for c valid for ttl, at most MaxLifetime.
@@ -287,7 +277,7 @@ var knownClaims = []string{"sub", "tenant", "exp", "iat", "nbf", "iss", "aud", "
 // set: it matches keys case-insensitively ("Tenant" would override
 // "tenant") and keeps the last of duplicate keys. A token whose signer
 // wrote either is refused, as is a time claim that is not a JSON number.
-func checkClaimKeys(token string) error {
+func checkClaimKeys(token string, known []string) error {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
 		return errors.New("malformed")
@@ -311,7 +301,7 @@ func checkClaimKeys(token string) error {
 			return fmt.Errorf("duplicate claim %.32q", key)
 		}
 		seen[key] = true
-		for _, k := range knownClaims {
+		for _, k := range known {
 			if key != k && strings.EqualFold(key, k) {
 				return fmt.Errorf("claim %.32q differs from %q only in case", key, k)
 			}

@@ -1,9 +1,19 @@
 package auth_test
 
 import (
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"github.com/strata-es/strata/auth"
 )
 
 // tokenSeeds are valid tokens and the classic attacks on JWT verifiers.
@@ -97,4 +107,78 @@ func TestParseSeeds(t *testing.T) {
 	for _, s := range tokenSeeds() {
 		checkParse(t, v, s)
 	}
+}
+
+// FuzzParseProviderSigned is FuzzParseSigned for an identity provider's
+// tokens: mutations of header and claims, signed RS256 with the published
+// key (0), with another key under the same kid (1), or not at all (2),
+// verified against the key set fetched from the provider.
+func FuzzParseProviderSigned(f *testing.F) {
+	p := newProvider(f)
+	p.addKey(f, "k1", "rsa", "RS256")
+	other := newProvider(f)
+	other.addKey(f, "k1", "rsa", "RS256")
+	exp := now.Add(time.Hour)
+	for _, h := range []string{header("RS256", "k1"), header("none", "k1"), header("HS256", "k1"), header("ES256", "k1"), header("RS256", "k2"),
+		`{"alg":"RS256","alg":"none","kid":"k1"}`, `{"alg":"RS256","kid":"k1","crit":["exp"]}`, `{}`, `null`} {
+		for _, c := range []string{p.claims(exp, ""), p.claims(now.Add(-time.Hour), ""), p.claims(exp, `"scp":["strata:admin","strata:cross_tenant"]`),
+			p.claims(exp, `"scp":"strata:admin"`), p.claims(exp, `"scp":[1]`), p.claims(exp, `"client_id":"evil"`), p.claims(exp, `"aud":"x"`),
+			`{"iss":"x","sub":"u","client_id":"acme","exp":1780318800}`, p.claims(now.Add(auth.MaxLifetime+time.Hour), "")} {
+			for key := range uint8(3) {
+				f.Add(h, c, key)
+			}
+		}
+	}
+	clk := &clock{t: now}
+	v, _ := newProviderVerifier(f, p, clk, auth.KeySetConfig{MinRefresh: time.Hour})
+	signers := []*provider{p, other}
+	f.Fuzz(func(t *testing.T, header, claims string, key uint8) {
+		in := b64([]byte(header)) + "." + b64([]byte(claims))
+		token := in + "."
+		if key%3 < 2 {
+			digest := sha256.Sum256([]byte(in))
+			signers[key%3].mu.Lock()
+			priv := signers[key%3].private["k1"].(*rsa.PrivateKey)
+			signers[key%3].mu.Unlock()
+			sig, err := rsa.SignPKCS1v15(rand.Reader, priv, crypto.SHA256, digest[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			token += b64(sig)
+		}
+		c, err := v.Parse(token)
+		if err != nil {
+			if !errors.Is(err, auth.ErrInvalidToken) || c.Tenant != "" || c.Subject != "" || c.Scopes != nil || c.CrossTenant {
+				t.Fatalf("refused with %v and claims %+v", err, c)
+			}
+			return
+		}
+		if key%3 != 0 {
+			t.Fatalf("accepted a token not signed with the provider's key: %+v", c)
+		}
+		if c.Tenant == "" || c.Subject == "" || !c.ExpiresAt.After(now.Add(-leeway)) {
+			t.Fatalf("accepted claims %+v", c)
+		}
+	})
+}
+
+// FuzzParseKeySet: whatever a provider answers, parsing its key set never
+// panics and keeps only keys that can verify.
+func FuzzParseKeySet(f *testing.F) {
+	p := newProvider(f)
+	p.addKey(f, "rsa", "rsa", "RS256")
+	p.addKey(f, "ec", "ec", "ES256")
+	p.addKey(f, "ed", "ed25519", "")
+	set, _ := json.Marshal(jose.JSONWebKeySet{Keys: p.keys})
+	for _, s := range []string{string(set), `{}`, `{"keys":null}`, `{"keys":[{}]}`, `{"keys":"x"}`, `[]`, ``,
+		`{"keys":[{"kty":"oct","k":"AAAA","kid":"h"}]}`, `{"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB","kid":"tiny"}]}`,
+		`{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA","kid":"bad"}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		n, err := auth.ParseKeySet(body)
+		if (err == nil) != (n > 0) {
+			t.Fatalf("%d keys, error %v", n, err)
+		}
+	})
 }

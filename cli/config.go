@@ -42,7 +42,7 @@ var envVars = map[string]string{
 	"STRATA_DATA_DIR":                  "directory for the embedded PostgreSQL and the development JWT secret (default ./.strata)",
 	"STRATA_ADDR":                      "listen address of serve (default :8080)",
 	"STRATA_ROLES":                     "roles of serve: command,query,projector (default all)",
-	"STRATA_JWT_SECRET":                "HS256 secret (>= 32 bytes); unset = a generated secret kept in STRATA_DATA_DIR",
+	"STRATA_JWT_SECRET":                "HS256 secret (>= 32 bytes); unset = a generated secret kept in STRATA_DATA_DIR (development); refused together with STRATA_OIDC_ISSUER",
 	"STRATA_AUTO_MIGRATE":              "apply pending migrations when serve starts (default true)",
 	"STRATA_LOG_LEVEL":                 "debug, info, warn or error (default info)",
 	"STRATA_DB_MAX_CONNS":              "connections per pool (default 8)",
@@ -64,6 +64,17 @@ var envVars = map[string]string{
 	"STRATA_RELAY_URL":                 "NATS URL of the relay, e.g. nats://nats:4222: committed events are published to NATS JetStream",
 	"STRATA_RELAY_TOPIC":               "relay topic: JetStream stream and subject prefix (default strata_events; the sql relay supports only the default)",
 	"STRATA_RELAY_MAX_MESSAGE_BYTES":   "most a relayed message may weigh (payload and metadata) before its event's stream is parked for its tenant in the dead-letter store (default 0: the transport's own limit, NATS's max_payload); docs/relay.md",
+
+	// Tokens from an identity provider (docs/operations.md, "Identity provider").
+	"STRATA_OIDC_ISSUER":           "issuer URL of the identity provider whose tokens strata accepts (RS256/ES256/EdDSA, keys from its JWKS, found by OpenID Connect discovery); tokens' iss must equal it",
+	"STRATA_OIDC_JWKS_URL":         "the provider's JWKS URL, when discovery is not wanted (default: the discovery document's jwks_uri)",
+	"STRATA_OIDC_AUDIENCE":         "the aud a provider's token must carry to be meant for strata (required with STRATA_OIDC_ISSUER)",
+	"STRATA_OIDC_TENANT_CLAIM":     "the claim holding the token's tenant, a dotted path into objects allowed, e.g. tenant (default), ext.tenant, client_id",
+	"STRATA_OIDC_SCOPE_CLAIMS":     "comma-separated claims holding scopes, each a space-delimited string or an array of strings (default scope,scp)",
+	"STRATA_OIDC_SCOPE_PREFIX":     "prefix that marks strata's scopes among the provider's, e.g. strata: for strata:admin (default none); cross_tenant grants cross-tenant reads",
+	"STRATA_OIDC_JWKS_REFRESH":     "how often the provider's keys are fetched again; a key it drops stops verifying within this (default 5m)",
+	"STRATA_OIDC_JWKS_MIN_REFRESH": "least time between two key fetches: a token naming an unknown key prompts one at most this often, and a failed fetch is retried this often (default 10s)",
+	"STRATA_OIDC_JWKS_MAX_AGE":     "how long keys keep verifying while the provider cannot be reached, from the last good fetch (default 24h; then every token is refused and /readyz fails)",
 
 	// What one tenant may hold of the shared capacity, and how long a body may take to arrive.
 	"STRATA_TENANT_IN_FLIGHT_COMMANDS":  "command requests one tenant may have in flight, body upload included, before 429 (default 32, or unlimited)",

@@ -138,7 +138,7 @@ type app struct {
 	events     eventstore.Store
 	log        eventLog
 	external   bool // events live outside PostgreSQL (EventStoreDB)
-	verifier   *auth.Verifier
+	verifier   auth.TokenVerifier
 	router     *mux.Router // unauthenticated: /livez, /readyz (/metrics: STRATA_METRICS_ADDR)
 	api        *mux.Router // bearer-authenticated
 	commandAPI *mux.Router // api, rate-limited as commands
@@ -254,14 +254,11 @@ func build(ctx context.Context, e env, roles roleSet, logger *slog.Logger, stdou
 	if err != nil {
 		return nil, err
 	}
-	secret, devSecret, err := e.jwtSecret()
+	id, err := e.bearerTokens(logger)
 	if err != nil {
 		return nil, err
 	}
-	verifier, err := auth.NewVerifier(secret, nil)
-	if err != nil {
-		return nil, err
-	}
+	verifier, secret, devSecret := id.verifier, id.secret, id.dev
 
 	shutdownTracing, tracing, err := telemetry.SetupTracing(ctx, e.get, "strata", stdout)
 	if err != nil {
@@ -343,6 +340,7 @@ func build(ctx context.Context, e env, roles roleSet, logger *slog.Logger, stdou
 	}).Methods(http.MethodGet).Name("livez")
 	a.readiness = append(a.readiness, readinessCheck{"database", func(ctx context.Context) error { return schemaCurrent(ctx, appPool, mods) }},
 		readinessCheck{"database_logins", pools.checkLogins})
+	id.watch(ctx, a)
 	a.router.HandleFunc("/readyz", a.readyz).Methods(http.MethodGet).Name("readyz")
 	mountOpenAPI(a.router, apiDoc)
 	mountConsole(a.router)
@@ -617,6 +615,10 @@ func printBanner(w io.Writer, baseURL, metricsURL string, roles roleSet, embedde
 	}
 	if embedded != nil {
 		fmt.Fprintf(w, "database: embedded PostgreSQL (data in %s; `make db/reset` deletes it)\n", embedded.DataDir())
+	}
+	if secret == nil {
+		fmt.Fprintln(w, "tokens: the identity provider's (STRATA_OIDC_ISSUER); /readyz says whether its keys were fetched")
+		return
 	}
 	if !devSecret {
 		fmt.Fprintln(w, "tokens: signed with STRATA_JWT_SECRET; make one with `strata token --tenant T`")

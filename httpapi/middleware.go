@@ -97,7 +97,7 @@ func Recover(next http.Handler) http.Handler {
 // Authenticate requires a valid bearer token and puts its claims and
 // tenant into the request context. The tenant comes from the token only:
 // tenant-looking headers, paths or body fields are never consulted.
-func Authenticate(v *auth.Verifier) mux.MiddlewareFunc {
+func Authenticate(v auth.TokenVerifier) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if len(r.Header.Values("Authorization")) > 1 {
