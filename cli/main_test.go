@@ -75,7 +75,7 @@ func startServe(t *testing.T, vars map[string]string, args ...string) (baseURL s
 		close(lines)
 	}()
 	deadline := time.After(60 * time.Second)
-	urlPattern := regexp.MustCompile(`serving on (http://\S+)`)
+	urlPattern := regexp.MustCompile(`serving on (https?://\S+)`)
 	for baseURL == "" {
 		select {
 		case l, ok := <-lines:

@@ -437,6 +437,10 @@ func build(ctx context.Context, e env, roles roleSet, logger *slog.Logger, stdou
 // serve runs a serving process on addr until ctx ends or a component
 // fails: build, listen, run the workers, shut down within shutdownTimeout.
 func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.Logger, stdout io.Writer) error {
+	tlsCfg, err := e.tlsSettings(logger)
+	if err != nil {
+		return err
+	}
 	b, err := build(ctx, e, roles, logger, stdout)
 	if err != nil {
 		return err
@@ -452,13 +456,17 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		psrv := httpapi.NewServer(pprofAddr, pm)
 		psrv.WriteTimeout = 2 * time.Minute
-		go psrv.ListenAndServe() //nolint:errcheck
+		pln, err := listen(pprofAddr, tlsCfg.ops)
+		if err != nil {
+			return fmt.Errorf("listen on STRATA_PPROF_ADDR %s: %w", pprofAddr, err)
+		}
+		go psrv.Serve(pln) //nolint:errcheck
 		defer psrv.Close()
-		logger.Info("pprof listening", "addr", pprofAddr)
+		logger.Info("pprof listening", "url", scheme(tlsCfg.ops)+displayAddr(pln.Addr())+"/debug/pprof/")
 	}
 	var metricsURL string
 	if metricsAddr := e.str("STRATA_METRICS_ADDR", ""); metricsAddr != "" {
-		murl, stopMetrics, err := serveMetrics(metricsAddr, a.metrics.Handler(), logger)
+		murl, stopMetrics, err := serveMetrics(metricsAddr, tlsCfg.ops, a.metrics.Handler(), logger)
 		if err != nil {
 			return err
 		}
@@ -466,11 +474,11 @@ func serve(ctx context.Context, e env, addr string, roles roleSet, logger *slog.
 		metricsURL = murl
 	}
 	srv := httpapi.NewServer(addr, b.handler)
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr, tlsCfg.api)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	baseURL := "http://" + displayAddr(ln.Addr())
+	baseURL := scheme(tlsCfg.api) + displayAddr(ln.Addr())
 	if testRouterHook != nil {
 		testRouterHook(baseURL, a.router)
 	}

@@ -1,10 +1,10 @@
 package cli
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 
 	"github.com/strata-es/strata/httpapi"
@@ -15,8 +15,8 @@ import (
 // describe every tenant's traffic together, so they belong on an address
 // that only the scraper reaches (a pod port, loopback), like pprof. It
 // returns the scrape URL and a function that stops the listener.
-func serveMetrics(addr string, h http.Handler, logger *slog.Logger) (url string, stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+func serveMetrics(addr string, tlsCfg *tls.Config, h http.Handler, logger *slog.Logger) (url string, stop func(), err error) {
+	ln, err := listen(addr, tlsCfg)
 	if err != nil {
 		return "", nil, fmt.Errorf("listen on STRATA_METRICS_ADDR %s: %w", addr, err)
 	}
@@ -28,7 +28,7 @@ func serveMetrics(addr string, h http.Handler, logger *slog.Logger) (url string,
 			logger.Error("metrics listener failed", "addr", addr, "error", err.Error())
 		}
 	}()
-	url = "http://" + displayAddr(ln.Addr()) + "/metrics"
+	url = scheme(tlsCfg) + displayAddr(ln.Addr()) + "/metrics"
 	logger.Info("metrics listening", "url", url)
 	return url, func() { _ = srv.Close() }, nil
 }
