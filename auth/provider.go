@@ -116,9 +116,10 @@ func (v *ProviderVerifier) Parse(token string) (Claims, error) {
 	return c, nil
 }
 
-// keyWait bounds how long a request waits for a fetch of the provider's
-// keys prompted by a key it has not seen.
-const keyWait = 5 * time.Second
+// keyWait bounds how long a request whose token names a key the set does
+// not hold waits for a fetch of the provider's keys (a slow provider must
+// not hold a flood of such requests for the whole fetch timeout).
+const keyWait = 2 * time.Second
 
 func (v *ProviderVerifier) verify(token string) (Claims, string, error) {
 	mc := jwt.MapClaims{}

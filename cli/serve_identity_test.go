@@ -335,3 +335,12 @@ func TestServeRefusesTwoKindsOfToken(t *testing.T) {
 		})
 	}
 }
+
+func TestTokenRefusesWhenAProviderIssuesTokens(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"token", "--tenant", "acme"}, testEnv(map[string]string{"STRATA_OIDC_ISSUER": "https://idp.example.com/",
+		"STRATA_DATA_DIR": t.TempDir()}), io.Discard, &stderr)
+	if code == exitOK || !strings.Contains(stderr.String(), "identity provider") {
+		t.Fatalf("strata token with a provider configured: exit %d, %s", code, stderr.String())
+	}
+}

@@ -61,6 +61,11 @@ func cmdToken(args []string, e env, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
+	if e.str("STRATA_OIDC_ISSUER", "") != "" {
+		// serve would refuse the token: it verifies the provider's alone.
+		fmt.Fprintln(stderr, "strata token: this installation verifies the identity provider's tokens (STRATA_OIDC_ISSUER); obtain one from the provider (docs/operations.md)")
+		return exitUsage
+	}
 	secret, _, err := e.jwtSecret()
 	if err != nil {
 		fmt.Fprintln(stderr, "strata token:", err)
