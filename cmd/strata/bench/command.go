@@ -21,6 +21,9 @@ const (
 // (Execute) and writes the table, the JSON results and, with --docs, the
 // markdown table and the plot. It returns the exit code.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == minimalArgs {
+		return runMinimalHandler(ctx, args[1:], stderr) // the baseline's own process (minimal.go)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "a one-minute smoke run of every workload")

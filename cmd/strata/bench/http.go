@@ -146,6 +146,20 @@ func benchHTTP(ctx context.Context, e *Env) ([]Result, error) {
 		Strata: Summary{Median: Run{Throughput: rss}, MinThroughput: rss, MaxThroughput: rss},
 		Target: "<= 200 MiB", Met: met(rss <= 200), Note: "VmHWM of the strata serve process after the command API workload"})
 
+	var known [][3]string // tenant, token, id of paid orders
+	for _, c := range all {
+		for _, id := range c.created {
+			known = append(known, [3]string{c.tenant, c.token, id})
+		}
+	}
+	if len(known) == 0 {
+		return nil, fmt.Errorf("the command workload created no paid orders to query")
+	}
+	vsMinimal, err := benchAgainstMinimal(ctx, e, srv, url, raw, known) // http_minimal.go
+	if err != nil {
+		return nil, err
+	}
+	results = append(results, vsMinimal...)
 	qs, err := benchQueries(ctx, e, srv, raw, all)
 	if err != nil {
 		return nil, err

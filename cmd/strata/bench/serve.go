@@ -32,19 +32,9 @@ type server struct {
 // process, as users run it, with limits lifted so the benchmark measures
 // the service, not its throttles.
 func (e *Env) startServe(ctx context.Context, url string, env ...string) (*server, error) {
-	if e.cfg.StrataPath == "" {
-		return nil, fmt.Errorf("no strata binary to run (Config.StrataPath)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(e.cfg.StrataPath, "serve", "--addr", addr)
-	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+url,
-		"STRATA_JWT_SECRET="+benchSecret,
+	return e.startProcess(ctx, "strata serve", []string{"serve"}, append([]string{
+		"DATABASE_URL=" + url,
+		"STRATA_JWT_SECRET=" + benchSecret,
 		"STRATA_AUTO_MIGRATE=false",
 		"STRATA_RATE_COMMANDS=unlimited",
 		"STRATA_RATE_QUERIES=unlimited",
@@ -54,15 +44,37 @@ func (e *Env) startServe(ctx context.Context, url string, env ...string) (*serve
 		"STRATA_TENANT_IN_FLIGHT_WAITS=unlimited",
 		"STRATA_TENANT_POOL_SHARE=1", // the bench's one tenant may use the whole pool
 		"STRATA_LOG_LEVEL=error",
-		"STRATA_DATA_DIR="+os.TempDir(),
+		"STRATA_DATA_DIR=" + os.TempDir(),
 		// The command path alone, comparable with earlier runs: the
 		// workload's orders have no stock, and the fulfilment process
 		// manager would cancel each placed one, adding its own load.
 		"STRATA_PROCESSES=none",
 		// The workloads' tenants are not provisioned in the directory.
 		"STRATA_REQUIRE_TENANT_DIRECTORY=false",
-	)
-	cmd.Env = append(cmd.Env, env...)
+	}, env...))
+}
+
+// startMinimal runs the minimal handler (minimal.go) against url as a
+// separate process, the baseline of the HTTP workloads.
+func (e *Env) startMinimal(ctx context.Context, url string) (*server, error) {
+	return e.startProcess(ctx, "the minimal handler", []string{"bench", minimalArgs},
+		[]string{"DATABASE_URL=" + url, "STRATA_JWT_SECRET=" + benchSecret})
+}
+
+// startProcess runs the strata binary with args, --addr and env on top
+// of this process's environment, and waits until its /readyz answers.
+func (e *Env) startProcess(ctx context.Context, what string, args, env []string) (*server, error) {
+	if e.cfg.StrataPath == "" {
+		return nil, fmt.Errorf("no strata binary to run (Config.StrataPath)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(e.cfg.StrataPath, append(args, "--addr", addr)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -74,14 +86,14 @@ func (e *Env) startServe(ctx context.Context, url string, env ...string) (*serve
 	go func() { // keep the pipe drained; show failures
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if e.cfg.Progress != nil && strings.Contains(sc.Text(), `"level":"ERROR"`) {
-				fmt.Fprintln(e.cfg.Progress, "serve:", sc.Text())
+			if e.cfg.Progress != nil && (strings.Contains(sc.Text(), `"level":"ERROR"`) || strings.HasPrefix(sc.Text(), "minimal handler:")) {
+				fmt.Fprintln(e.cfg.Progress, what+":", sc.Text())
 			}
 		}
 	}()
 	s := &server{cmd: cmd, base: "http://" + addr}
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && ctx.Err() == nil {
 		res, err := http.Get(s.base + "/readyz")
 		if err == nil {
 			res.Body.Close()
@@ -92,7 +104,7 @@ func (e *Env) startServe(ctx context.Context, url string, env ...string) (*serve
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.stop()
-	return nil, fmt.Errorf("strata serve did not become ready within 30 s")
+	return nil, fmt.Errorf("%s did not become ready within 30 s", what)
 }
 
 func (s *server) stop() { s.once.Do(s.terminate) }
