@@ -22,13 +22,16 @@ import (
 
 // Config sizes a benchmark run.
 type Config struct {
-	Runs       int           // repetitions per variant (median, min, max)
-	Duration   time.Duration // measured time per run
-	Warmup     time.Duration // unmeasured time before each run
-	CatchUp    int           // events seeded for the catch-up and rebuild workloads
-	Workloads  []string      // names to run; empty = all
-	Progress   io.Writer     `json:"-"` // progress lines
-	StrataPath string        // binary used for end-to-end workloads (strata serve)
+	Runs     int           // repetitions per variant (median, min, max)
+	Duration time.Duration // measured time per run
+	Warmup   time.Duration // unmeasured time before each run
+	CatchUp  int           // events seeded for the catch-up and rebuild workloads
+	// TenantOthers is how many events of other tenants precede the small
+	// tenant's in the tenant workload.
+	TenantOthers int
+	Workloads    []string  // names to run; empty = all
+	Progress     io.Writer `json:"-"` // progress lines
+	StrataPath   string    // binary used for end-to-end workloads (strata serve)
 	// PGStats, when above zero, loads pg_stat_statements and prints each
 	// workload's top PGStats statements by execution time: where
 	// PostgreSQL's time went, next to the throughput it explains.
@@ -37,13 +40,13 @@ type Config struct {
 
 // Full is the configuration of `make bench`.
 func Full() Config {
-	return Config{Runs: 3, Duration: 10 * time.Second, Warmup: 2 * time.Second, CatchUp: 1_000_000}
+	return Config{Runs: 3, Duration: 10 * time.Second, Warmup: 2 * time.Second, CatchUp: 1_000_000, TenantOthers: 4_000_000}
 }
 
 // Quick is the configuration of `make bench-quick`: the same workloads,
 // small enough to run in about a minute, for catching breakage.
 func Quick() Config {
-	return Config{Runs: 1, Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, CatchUp: 20_000}
+	return Config{Runs: 1, Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, CatchUp: 20_000, TenantOthers: 20_000}
 }
 
 // Result is one workload at one concurrency.
@@ -146,6 +149,7 @@ var workloads = []workload{
 	{"catchup", benchCatchUp},
 	{"rebuild", benchRebuild},
 	{"verify", benchVerify},
+	{"tenant", benchTenantWork},
 }
 
 // Names lists the workloads in run order.

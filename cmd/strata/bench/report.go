@@ -72,10 +72,10 @@ func (r *Report) WriteTable(w io.Writer) {
 
 func num(f float64) string {
 	switch {
-	case f >= 10000:
-		return fmt.Sprintf("%.0f", f)
 	case f >= 100:
 		return fmt.Sprintf("%.0f", f)
+	case f < 10:
+		return fmt.Sprintf("%.3g", f) // seconds of a command: 0.116, not 0.1
 	}
 	return fmt.Sprintf("%.1f", f)
 }
