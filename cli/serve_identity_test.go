@@ -23,26 +23,12 @@ import (
 	"github.com/strata-es/strata/internal/pgtest"
 )
 
-// call sends one request with a bearer token and returns the status and
-// the body.
+// call sends one request with a bearer token (apiCall) and returns the
+// status and the body as text.
 func call(t *testing.T, base, token, method, path, body string) (int, string) {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(raw)
+	status, raw, _ := apiCall(t, nil, base, token, method, path, body)
+	return status, string(raw)
 }
 
 // wantUnauthenticated asserts today's single 401 answer.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/examples/orders/orderquery"
 )
 
 // The minimal handler is the baseline of the HTTP workloads: what a
@@ -33,8 +34,8 @@ import (
 // set_config and the statement in one pipelined round trip (one implicit
 // transaction, as strata's query path does) and writes JSON.
 //
-//   - GET /v1/orders/{id}: the statement of strata's order read model query
-//     (orderquery.Reader.Order), rows scanned into the same JSON.
+//   - GET /v1/orders/{id}: orderquery.OrderSQL, the statement of strata's
+//     order read model query, rows scanned into the same JSON.
 //   - POST /v1/orders: decodes and checks the body, inserts one
 //     order.created event into public.raw_events (a copy of strata.events,
 //     its indexes and defaults included, without row-level security or
@@ -173,13 +174,7 @@ func (h *minimalHandler) getOrder(w http.ResponseWriter, r *http.Request) {
 	found := false
 	b := &pgx.Batch{}
 	b.Queue(db.SetTenantSQL, tenant)
-	b.Queue(`SELECT d.order_id, d.customer_id, d.status, d.currency, d.total_amount, d.version,
-       d.created_at, d.placed_at, d.paid_at, d.cancelled_at,
-       l.product_id, l.quantity, l.unit_price, l.currency, l.line_total
-FROM order_details d
-LEFT JOIN order_detail_lines l ON l.tenant_id = d.tenant_id AND l.order_id = d.order_id
-WHERE d.tenant_id = $1 AND d.order_id = $2
-ORDER BY l.seq`, tenant, r.PathValue("id")).Query(func(rows pgx.Rows) error {
+	b.Queue(orderquery.OrderSQL, tenant, r.PathValue("id")).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var product, lineCurrency *string
 			var qty, unit, lineTotal *int64

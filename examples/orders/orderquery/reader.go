@@ -101,18 +101,24 @@ type Reader struct {
 // NewReader returns a Reader over db (the application role's pool).
 func NewReader(db *readmodels.DB) *Reader { return &Reader{db: db} }
 
-// Order returns one order with its lines. Errors: ErrOrderNotFound.
-func (r *Reader) Order(ctx context.Context, orderID string) (Order, error) {
-	var o Order
-	found := false
-	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
-		b.Queue(`SELECT d.order_id, d.customer_id, d.status, d.currency, d.total_amount, d.version,
+// OrderSQL reads one order ($1 tenant, $2 order ID) with its lines, one
+// row per line (one row with null line columns for an order without).
+// The benchmark's minimal handler sends it too, so that strata's query path
+// and its baseline run the same statement.
+const OrderSQL = `SELECT d.order_id, d.customer_id, d.status, d.currency, d.total_amount, d.version,
        d.created_at, d.placed_at, d.paid_at, d.cancelled_at,
        l.product_id, l.quantity, l.unit_price, l.currency, l.line_total
 FROM order_details d
 LEFT JOIN order_detail_lines l ON l.tenant_id = d.tenant_id AND l.order_id = d.order_id
 WHERE d.tenant_id = $1 AND d.order_id = $2
-ORDER BY l.seq`, readmodels.TenantOf(ctx), orderID).Query(func(rows pgx.Rows) error {
+ORDER BY l.seq`
+
+// Order returns one order with its lines. Errors: ErrOrderNotFound.
+func (r *Reader) Order(ctx context.Context, orderID string) (Order, error) {
+	var o Order
+	found := false
+	err := r.db.InTenant(ctx, func(b *pgx.Batch) {
+		b.Queue(OrderSQL, readmodels.TenantOf(ctx), orderID).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var product, lineCurrency *string
 				var qty, unit, lineTotal *int64
