@@ -210,14 +210,6 @@ func (k *KeySet) usableLocked() bool {
 	return !k.fetchedAt.IsZero() && k.cfg.Now().Sub(k.fetchedAt) <= k.cfg.MaxAge
 }
 
-// has reports whether the key kid is in use.
-func (k *KeySet) has(kid string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	_, ok := k.keys[kid]
-	return ok && k.usableLocked()
-}
-
 // errKeyUnknown: the set holds no such key, even after a fetch allowed now.
 var errKeyUnknown = errors.New("the token's key is not among the identity provider's keys")
 
@@ -255,6 +247,8 @@ func (k *KeySet) key(ctx context.Context, kid string) (publicKey, error) {
 	return publicKey{}, errKeyUnknown
 }
 
+// lookup returns the key kid while the set holds it and its keys are in
+// use (fetched within MaxAge).
 func (k *KeySet) lookup(kid string) (publicKey, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -105,8 +105,10 @@ func (v *ProviderVerifier) Parse(token string) (Claims, error) {
 		return Claims{}, fmt.Errorf("%w: not three base64url segments", ErrInvalidToken)
 	}
 	hit, key, ok := v.cache.get(token, v.cfg.Now())
-	if ok && v.cfg.Keys.has(hit.keyID) {
-		return hit.claims, nil
+	if ok {
+		if _, inUse := v.cfg.Keys.lookup(hit.keyID); inUse { // a dropped key's tokens leave with it
+			return hit.claims, nil
+		}
 	}
 	c, kid, err := v.verify(token)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,18 +210,7 @@ func benchQueries(ctx context.Context, e *Env, srv *server, raw *pgxpool.Pool, w
 	const n = 32
 	hc := httpClient(n)
 	get := func(ctx context.Context, token, path string) error {
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.base+path, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		res, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer res.Body.Close()
-		io.Copy(io.Discard, res.Body) //nolint:errcheck
-		if res.StatusCode != 200 {
-			return fmt.Errorf("status %d", res.StatusCode)
-		}
-		return nil
+		return send(ctx, hc, http.MethodGet, srv.base+path, token, "", http.StatusOK)
 	}
 	var byID, list, pk []Run
 	for i := 0; i < e.cfg.Runs; i++ {
@@ -287,4 +277,27 @@ func benchReadYourWrites(ctx context.Context, e *Env, srv *server) (Result, erro
 	s := summarize(runs)
 	return Result{Workload: "read-your-writes", Concurrency: n, Unit: "pairs/s", Strata: s, Target: "p99 <= 50 ms", Met: met(s.Median.P99ms <= 50),
 		Note: "latency is the query's (with X-Consistency-Token), including its wait for the projections"}, nil
+}
+
+// send sends one request with token (and a JSON body unless body is "")
+// and fails unless the answer has status want.
+func send(ctx context.Context, hc *http.Client, method, url, token, body string, want int) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	if res.StatusCode != want {
+		return fmt.Errorf("%s %s: status %d", method, url, res.StatusCode)
+	}
+	return nil
 }

@@ -3,10 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -82,25 +80,4 @@ func getOp(base string, hc *http.Client, known [][3]string) func(ctx context.Con
 		k := known[rng.IntN(len(known))]
 		return send(ctx, hc, http.MethodGet, base+"/v1/orders/"+k[2], k[1], "", http.StatusOK)
 	}
-}
-
-func send(ctx context.Context, hc *http.Client, method, url, token, body string, want int) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	_, _ = io.Copy(io.Discard, res.Body)
-	if res.StatusCode != want {
-		return fmt.Errorf("%s %s: status %d", method, url, res.StatusCode)
-	}
-	return nil
 }
