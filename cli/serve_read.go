@@ -178,6 +178,10 @@ func wireProjector(a *app) error {
 	if err != nil {
 		return err
 	}
+	grouped, err := a.env.boolean("STRATA_PROJECTION_GROUP", true)
+	if err != nil {
+		return err
+	}
 	rs := readSideOf(a)
 	wake := a.projectionWake()
 	var runners []*projections.Runner
@@ -208,7 +212,19 @@ func wireProjector(a *app) error {
 		rs.mu.Lock()
 		rs.runners[p.Name()] = r
 		rs.mu.Unlock()
-		a.workers = append(a.workers, worker{name: "projection " + p.Name(), run: r.Run})
+		if !grouped {
+			a.workers = append(a.workers, worker{name: "projection " + p.Name(), run: r.Run})
+		}
+	}
+	if grouped && len(runners) > 0 {
+		// One session, one read and one transaction per wake-up for every
+		// projection (issue 35 §2); a projection in error, paused by a
+		// tool or on standby runs alone until it can rejoin.
+		g, err := projections.NewGroup(runners)
+		if err != nil {
+			return err
+		}
+		a.workers = append(a.workers, worker{name: "projection group", run: g.Run})
 	}
 	// Ready once every runner has a session: active, standby, or active
 	// and retrying a failing event (queries still answer, from the last

@@ -98,6 +98,7 @@ type Runner struct {
 	until         event.Position          // CatchUp's bound: no event after it is applied (zero: none)
 	pauseSeen     bool                    // the last commit saw a tool's pause lock
 	ledger        *LedgerBook             // the generation's completeness ledger
+	leaveCaughtUp bool                    // runAlone: return once caught up
 }
 
 // NewRunner returns a runner of p reading log. pool must run as
@@ -174,11 +175,26 @@ func (r *Runner) setState(s State) {
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
 	r.setState(StateStarting)
-	l := pgsession.Leader{Lease: lease, Name: r.key, Kind: "projection runner", Connect: r.connect,
+	return r.leader().Run(ctx)
+}
+
+// runAlone runs the runner on a session of its own, as Run does, until it
+// has applied a batch and is caught up with the head: then it gives its
+// lease and session back and returns nil, for its Group to take it over.
+// A runner in error, paused by a tool, on standby or ahead of the log stays
+// alone until that has passed.
+func (r *Runner) runAlone(ctx context.Context) error {
+	r.setState(StateStarting)
+	r.leaveCaughtUp = true
+	defer func() { r.leaveCaughtUp = false }()
+	return r.leader().Run(ctx)
+}
+
+func (r *Runner) leader() *pgsession.Leader {
+	return &pgsession.Leader{Lease: lease, Name: r.key, Kind: "projection runner", Connect: r.connect,
 		Paused: func(ctx context.Context, conn *pgx.Conn) (bool, error) { return pauseRequested(ctx, conn, r.key) }, PauseRetry: pauseRetry,
 		Retry: r.cfg.LeaseRetry, Lead: r.lead, Logger: r.logger,
 		OnState: func(s pgsession.LeaderState) { r.setState(leaderStates[s]) }}
-	return l.Run(ctx)
 }
 
 // leaderStates maps the states between leaderships onto a runner's.
@@ -266,6 +282,9 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		}
 		if err := r.retryDue(ctx, conn); err != nil {
 			return err
+		}
+		if r.leaveCaughtUp && !r.catchingUp {
+			return pgsession.ErrDone // back to the group
 		}
 		if r.catchingUp {
 			chasing, repoll = false, 0

@@ -107,6 +107,16 @@ func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 	if err != nil {
 		return 0, err
 	}
+	r.committed(ctx, recs, last, res, plan, len(items), began)
+	return len(recs), nil
+}
+
+// committed does a runner's bookkeeping after its batch recs committed:
+// the checkpoint, the ledger book, the stream cache, parked streams, the
+// status and the batch's observers. last holds the streams' versions the
+// contiguity check found, handled how many events the projection took.
+func (r *Runner) committed(ctx context.Context, recs []event.Record, last map[streamKey]int64, res applied, plan *parkPlan, handled int, began time.Time) {
+	next := recs[len(recs)-1].Position
 	r.checkpoint = next
 	r.ledger.Commit(res.ledger)
 	for k, v := range last {
@@ -117,7 +127,7 @@ func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 		r.noteParks(plan)
 	}
 	if r.logger.Enabled(ctx, slog.LevelDebug) {
-		r.logger.DebugContext(ctx, "applied batch", "events", len(recs), "handled", len(items), "parked", res.letters,
+		r.logger.DebugContext(ctx, "applied batch", "events", len(recs), "handled", handled, "parked", res.letters,
 			"checkpoint", next.String(), "took", time.Since(began).String())
 	}
 	r.mu.Lock()
@@ -129,7 +139,6 @@ func (r *Runner) applyRead(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 	if r.cfg.OnBatch != nil {
 		r.cfg.OnBatch(BatchInfo{Events: len(recs), Checkpoint: next, Parked: res.letters})
 	}
-	return len(recs), nil
 }
 
 // noteParks logs the streams a committed batch parked and schedules their
@@ -279,19 +288,46 @@ type applied struct {
 	ledger        LedgerBatch // the batch's counts, for the book once committed
 }
 
-// apply sends the batch in one pipelined round trip: BEGIN, the checkpoint
-// move, then per tenant its set_config, the statements of its events
-// (set-based, or event by event), the dead letters of the events plan
-// parks and its ledger row, and commits in a second round trip.
+// apply sends the batch in one pipelined round trip: BEGIN, the runner's
+// statements (queueApply), and commits in a second round trip.
 func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record, items []item, next event.Position, bp BatchProjection, setBased bool, plan *parkPlan) (applied, error) {
-	var res applied
 	from := r.checkpoint
 	if commitCheckpointFirst != nil { // only in the deliberately broken chaos_broken build
 		if err := commitCheckpointFirst(ctx, conn, r.key, from, next); err != nil {
-			return res, err
+			return applied{}, err
 		}
 		from = next
 	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	owner := []int{ownerRunner} // queued statement -> its event's index in recs, or an owner constant
+	var res applied
+	if err := r.queueApply(b, &owner, &res, recs, items, from, next, bp, setBased, plan); err != nil {
+		return res, err
+	}
+	err := sendTx(ctx, conn, b, func() { failpoint.Hit(FailpointBeforeCommit) }, func(k int, err error) error {
+		if k >= 0 {
+			switch o := owner[k]; {
+			case o >= 0:
+				return r.eventError(o, recs[o], err)
+			case o == ownerGroup:
+				return &setBasedError{err}
+			}
+		}
+		return fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
+	})
+	return res, err
+}
+
+// queueApply queues into b, inside a transaction begun before, the
+// runner's statements for the batch: the checkpoint's move from from to
+// next, then per tenant its set_config, the statements of its events
+// (set-based, or event by event), the dead letters of the events plan parks
+// and its ledger row. For each statement it appends to owner the index in
+// recs of the event it belongs to, or an owner constant. res receives what
+// the batch reports, partly when b is sent (its callbacks write into it):
+// it must outlive the send.
+func (r *Runner) queueApply(b *pgx.Batch, owner *[]int, res *applied, recs []event.Record, items []item, from, next event.Position, bp BatchProjection, setBased bool, plan *parkPlan) error {
 	// Which events are parked, decided before anything is queued: the
 	// checkpoint's counters go first.
 	parked := make([]bool, len(items))
@@ -308,8 +344,6 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			}
 		}
 	}
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
 	b.Queue(advanceSQL, r.key, u64(next.Major), u64(next.Minor), u64(from.Major), u64(from.Minor), int64(heads), int64(res.letters),
 		pauseClass, leaseKey(r.key)).
 		QueryRow(func(row pgx.Row) error {
@@ -319,7 +353,8 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			}
 			return err
 		})
-	owner := []int{ownerRunner, ownerRunner} // queued statement -> its event's index in recs, or an owner constant
+	own := func(o int) { *owner = append(*owner, o) }
+	own(ownerRunner)
 	// The ledger counts every event of the batch: applied, parked, or not
 	// of the projection's types. A tenant's row is queued after its events'
 	// statements, under the setting they run with; tenants none of whose
@@ -341,7 +376,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 		n := b.Len()
 		r.ledger.QueueTenant(b, res.ledger, t)
 		for range b.Len() - n {
-			owner = append(owner, ownerRunner)
+			own(ownerRunner)
 		}
 		counted[t] = true
 	}
@@ -351,7 +386,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			hi++
 		}
 		b.Queue(db.SetTenantSQL, items[lo].ev.Tenant)
-		owner = append(owner, ownerRunner)
+		own(ownerRunner)
 		if setBased {
 			evs := make([]Event, 0, hi-lo)
 			for i, it := range items[lo:hi] {
@@ -362,10 +397,10 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			if len(evs) > 0 {
 				n := b.Len()
 				if err := ApplyEvents(bp, b, evs); err != nil {
-					return res, &setBasedError{err}
+					return &setBasedError{err}
 				}
 				for range b.Len() - n {
-					owner = append(owner, ownerGroup)
+					own(ownerGroup)
 				}
 			}
 		} else {
@@ -375,10 +410,10 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 				}
 				n := b.Len()
 				if err := ApplyEvent(r.proj, b, it.ev); err != nil {
-					return res, r.eventError(it.idx, it.ev.Record, err)
+					return r.eventError(it.idx, it.ev.Record, err)
 				}
 				for range b.Len() - n {
-					owner = append(owner, it.idx)
+					own(it.idx)
 				}
 			}
 		}
@@ -393,7 +428,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 			if head {
 				f := plan.fresh[k]
 				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, errorText(f.err)); err != nil {
-					return res, err
+					return err
 				}
 				b.Queue(parkHeadSQL, append(args, f.next, int32(1))...)
 			} else {
@@ -402,11 +437,11 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 					headVersion = f.rec.Version
 				}
 				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, behindText(headVersion)); err != nil {
-					return res, err
+					return err
 				}
 				b.Queue(parkBehindSQL, args...)
 			}
-			owner = append(owner, ownerRunner)
+			own(ownerRunner)
 		}
 		queueLedger(items[lo].ev.Tenant)
 		lo = hi
@@ -414,23 +449,11 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 	for _, t := range res.ledger.Tenants() {
 		if !counted[t] {
 			b.Queue(db.SetTenantSQL, t)
-			owner = append(owner, ownerRunner)
+			own(ownerRunner)
 			queueLedger(t)
 		}
 	}
-
-	err := sendTx(ctx, conn, b, func() { failpoint.Hit(FailpointBeforeCommit) }, func(k int, err error) error {
-		if k >= 0 {
-			switch o := owner[k]; {
-			case o >= 0:
-				return r.eventError(o, recs[o], err)
-			case o == ownerGroup:
-				return &setBasedError{err}
-			}
-		}
-		return fmt.Errorf("projection %s: apply batch: %w", r.proj.Name(), err)
-	})
-	return res, err
+	return nil
 }
 
 // sendTx sends b, whose first query begins a transaction, in one round

@@ -15,6 +15,11 @@ import (
 // says it is paused and looks again.
 var ErrYield = errors.New("yielded the lease to a tool")
 
+// ErrDone is what a Leader's Lead returns to end Run: the lease and the
+// session are given back and Run returns nil (a projection group takes the
+// worker back onto its own session).
+var ErrDone = errors.New("done leading")
+
 // LeaderState is where a Leader stands between two leaderships.
 type LeaderState int8
 
@@ -49,7 +54,8 @@ type Leader struct {
 	Retry time.Duration
 	// Lead works while the lease is held. It returns when ctx ends (its
 	// value then does not matter), ErrYield to give the lease to a tool,
-	// or the error that cost it the session or the certainty of its lease.
+	// ErrDone to end Run, or the error that cost it the session or the
+	// certainty of its lease.
 	Lead func(ctx context.Context, conn *pgx.Conn) error
 	// OnState, when set, is told each state between leaderships.
 	OnState func(LeaderState)
@@ -125,7 +131,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		l.Lease.Release(conn, l.Name)
 		Close(conn)
 		conn = nil
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrDone) {
 			return nil
 		}
 		if errors.Is(err, ErrYield) {
