@@ -62,6 +62,12 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	ctx, span := startBatchSpan(ctx, r.key, recs)
 	n, err := r.applyRead(ctx, conn, recs, decoded, began)
 	endBatchSpan(span, err)
+	if err != nil {
+		// Retried at the live batch size: a catch-up batch that ran out
+		// of FinishTimeout on a slow database must not be tried whole
+		// again and again.
+		r.catchingUp = false
+	}
 	return n, err
 }
 

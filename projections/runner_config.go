@@ -15,11 +15,15 @@ import (
 type RunnerConfig struct {
 	// CatchUpBatch is the batch size while catching up: after a read that
 	// returned a full batch, the next reads take up to this many events
-	// (default 4 x BatchSize, at most 10,000). Catching up from the start
-	// pays per batch (transaction, checkpoint, statements per tenant), so
-	// bigger batches go faster (measured 22,800 events/s at 500, 34,700 at
-	// 2,000); live traffic keeps BatchSize, which bounds how long a batch
-	// holds the log's horizon for everyone else.
+	// (default 20 x BatchSize, at most 10,000). Catching up from the start
+	// pays per batch (transaction, checkpoint, statements per tenant) and
+	// folds more of an order's events into one row change the bigger the
+	// batch, so bigger batches go faster (measured 22,800 events/s at 500,
+	// 34,700 at 2,000 on 2026-11-29; `strata bench --workloads catchup`
+	// on 2026-12-07: 2,000 against 10,000 in docs/benchmarks.md).
+	// Live traffic keeps BatchSize, which bounds how long a batch holds the
+	// log's horizon for everyone else; a batch that fails is retried at
+	// BatchSize.
 	CatchUpBatch int
 	// BatchSize is the most events read and applied per transaction
 	// (default 500; STRATA_PROJECTION_BATCH in serve).
@@ -148,7 +152,7 @@ func (c *RunnerConfig) setDefaults() {
 		c.BatchSize = 500
 	}
 	if c.CatchUpBatch == 0 {
-		c.CatchUpBatch = min(4*c.BatchSize, 10_000)
+		c.CatchUpBatch = min(20*c.BatchSize, 10_000)
 	}
 	c.CatchUpBatch = max(c.CatchUpBatch, c.BatchSize)
 	def(&c.PollInterval, time.Second)

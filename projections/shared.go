@@ -92,8 +92,9 @@ type sharedBatch struct {
 }
 
 // NewSharedReads returns a SharedReads reading log and decoding with
-// registry (required), keeping the last keep full batches
-// (default 32; memory is about keep x batch size x 1 KiB).
+// registry (required), keeping the last keep full batches (default 32),
+// and of batches of more than 2,000 events fewer, so that at most about
+// keptEvents are kept (memory is about 1 KiB per event kept).
 func NewSharedReads(log eventstore.Log, registry *event.Registry, keep int) *SharedReads {
 	if registry == nil {
 		// A programming error, found at startup: a silent default would
@@ -268,7 +269,7 @@ func (s *SharedReads) throttle(ctx context.Context, reader any, k batchKey) erro
 			}
 		}
 		s.mu.Unlock()
-		if needed < s.keep {
+		if needed < s.keepFor(k.limit) {
 			return nil
 		}
 		t := time.NewTimer(readerIdle / 4)
@@ -338,11 +339,20 @@ func (s *SharedReads) load(ctx context.Context, k batchKey, b *sharedBatch) {
 	s.evictLocked()
 }
 
+// keptEvents bounds the events kept in full batches: 32 batches of the
+// default catch-up batch (2,000 events), 6 of the largest (10,000).
+const keptEvents = 64_000
+
+// keepFor returns how many full batches of limit events are kept.
+func (s *SharedReads) keepFor(limit int) int {
+	return min(s.keep, max(2, keptEvents/max(limit, 1)))
+}
+
 func (s *SharedReads) evictLocked() {
 	s.dropPassedLocked()
 	for len(s.order) > 0 {
 		oldest := s.order[0]
-		if b, ok := s.batches[oldest.key]; ok && b == oldest.batch && len(s.batches) <= s.keep {
+		if b, ok := s.batches[oldest.key]; ok && b == oldest.batch && len(s.batches) <= s.keepFor(oldest.key.limit) {
 			return
 		}
 		if s.batches[oldest.key] == oldest.batch {
