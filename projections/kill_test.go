@@ -27,20 +27,36 @@ import (
 	"github.com/strata-es/strata/projections/projectiontest"
 )
 
-// childURLEnv hands the database to the child projector process.
-const childURLEnv = "STRATA_TEST_KILL_CHILD_URL"
-
-// kills is how often TestExactlyOnceUnderKill kills the projector.
-const kills = 100
+// childURLEnv hands the database to the child projector process;
+// childGroupEnv makes it run the projections as one group.
+const (
+	childURLEnv   = "STRATA_TEST_KILL_CHILD_URL"
+	childGroupEnv = "STRATA_TEST_KILL_CHILD_GROUP"
+)
 
 // TestExactlyOnceUnderKill kills a projector process 100 times in a row
 // with SIGKILL between its read-model writes and its commit (the
 // projector.before-commit failpoint, armed for a varying hit so that each
 // child commits a few batches first), then lets a last projector finish.
 // Every counter must then equal the events behind it: the oracle's rows
-// for every table, and direct counts against the log.
+// for every table, and direct counts against the log. The projector runs
+// its projections on a runner session each, and then (40 kills) as one
+// group, whose transaction carries every member's batch.
 func TestExactlyOnceUnderKill(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		group bool
+		kills int
+	}{{"runners", false, 100}, {"group", true, 40}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			exactlyOnceUnderKill(t, c.group, c.kills)
+		})
+	}
+}
+
+func exactlyOnceUnderKill(t *testing.T, group bool, kills int) {
 	ctx := testCtx(t, 5*time.Minute)
 	d := testdb.NewPrivate(t, nil, orderview.Migrations).DB
 	evs := ordertest.Generate(ordertest.Config{Seed: 77, Tenants: 4, Orders: 800, Customers: 30, Open: 60, Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
@@ -50,7 +66,7 @@ func TestExactlyOnceUnderKill(t *testing.T) {
 	for i := 0; killed < kills; i++ {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(),
-			childURLEnv+"="+d.AdminURL,
+			childURLEnv+"="+d.AdminURL, childGroupEnv+"="+strconv.FormatBool(group),
 			failpoint.EnvVar+"="+projections.FailpointBeforeCommit+"="+strconv.Itoa(1+i%4))
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
@@ -128,6 +144,35 @@ func TestKillChild(t *testing.T) {
 	}
 	defer pool.Close()
 	store := postgres.New(nil, pool)
+	if os.Getenv(childGroupEnv) == "true" {
+		// One group: every batch is one transaction for all four (and one
+		// hit of the failpoint), so batches stay small for the log to last
+		// the kills.
+		var rs []*projections.Runner
+		for _, p := range orderview.All() {
+			r, err := projections.NewRunner(p, store, pool, projections.RunnerConfig{Registry: order.Registry, BatchSize: 16, CatchUpBatch: 16, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		g, err := projections.NewGroup(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			err := g.CatchUp(ctx, event.Position{})
+			if !errors.Is(err, projections.ErrLeaseHeld) {
+				if err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			if !pgsession.Sleep(ctx, 5*time.Millisecond) {
+				return
+			}
+		}
+	}
 	shared := projections.NewSharedReads(store, order.Registry, 4)
 	var wg sync.WaitGroup
 	for _, p := range orderview.All() {
