@@ -383,12 +383,33 @@ func TestGroupFarBehindCatchesUpAlone(t *testing.T) {
 	g := groupOf(t, d, store, projections.RunnerConfig{BatchSize: 10, CatchUpBatch: 40}, ps...)
 	runGroup(t, ctx, g)
 	inGroup(t, g, int64(len(ps)))
+	// /readyz counts a starting or stopped runner as not connected: moving
+	// between the group and a session of its own must not show as either.
+	var flapped atomic.Value
+	watch, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for watch.Err() == nil {
+			for _, r := range g.Runners() {
+				if st := r.Status().State; st == projections.StateStarting || st == projections.StateStopped {
+					flapped.Store(r.Name() + " " + string(st))
+				}
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
 	end, err := projectiontest.Append(ctx, store, evs) // far more than 10 + 40 events
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "every member to reach the end", func() bool { return reached(ctx, t, d, end, projections.Names(ps)...) })
 	inGroup(t, g, int64(len(ps)))
+	stopWatch()
+	<-watched
+	if f := flapped.Load(); f != nil {
+		t.Errorf("a member showed %s while moving between the group and a session of its own", f)
+	}
 	if st := g.Stats(); st.Left < int64(len(ps)) || st.Grouped < 2 {
 		t.Errorf("stats %+v: want two grouped batches, then every member leaving to catch up", st)
 	}

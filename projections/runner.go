@@ -184,7 +184,10 @@ func (r *Runner) Run(ctx context.Context) error {
 // A runner in error, paused by a tool, on standby or ahead of the log stays
 // alone until that has passed.
 func (r *Runner) runAlone(ctx context.Context) error {
-	r.setState(StateStarting)
+	// The state stays what it was (running, for a member leaving the
+	// group) until the leader loop says otherwise: a member moving between
+	// the group and a session of its own is not starting, and /readyz must
+	// not flap while it does.
 	r.leaveCaughtUp = true
 	defer func() { r.leaveCaughtUp = false }()
 	return r.leader().Run(ctx)
