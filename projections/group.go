@@ -583,8 +583,9 @@ type groupPart struct {
 }
 
 // applyAll applies recs to every member in aligned in one transaction:
-// each member's statements as it would send them alone (queueApply), one
-// BEGIN and one COMMIT. Any failure rolls everything back and is returned.
+// each member's statements as it would send them alone (queueApply), but
+// the members' ledger rows of a tenant in one statement, one BEGIN and one
+// COMMIT. Any failure rolls everything back and is returned.
 func (g *Group) applyAll(ctx context.Context, conn *pgx.Conn, aligned []*member, recs []event.Record, decoded *sharedBatch, began time.Time) error {
 	if commitCheckpointFirst != nil { // the chaos_broken build: its defect lives in apply
 		return errors.New("projection group: the chaos_broken build applies member by member")
@@ -614,9 +615,27 @@ func (g *Group) applyAll(ctx context.Context, conn *pgx.Conn, aligned []*member,
 		bp, setBased := r.proj.(BatchProjection)
 		setBased = setBased && !r.cfg.PerEvent
 		parts[i] = groupPart{m: m, last: last, items: items, plan: plan}
-		if err := r.queueApply(b, &owner, &parts[i].res, recs, items, r.checkpoint, next, bp, setBased, plan); err != nil {
+		if err := r.queueApply(b, &owner, &parts[i].res, recs, items, r.checkpoint, next, bp, setBased, plan, true); err != nil {
 			return err
 		}
+	}
+	// The members' ledger rows: one statement per tenant for all of them.
+	books := make([]*LedgerBook, len(parts))
+	lbts := make([]LedgerBatch, len(parts))
+	var tenants []string
+	seen := map[string]bool{}
+	for i, p := range parts {
+		books[i], lbts[i] = p.m.r.ledger, p.res.ledger
+		for _, t := range p.res.ledger.Tenants() {
+			if !seen[t] {
+				seen[t] = true
+				tenants = append(tenants, t)
+			}
+		}
+	}
+	for _, t := range tenants {
+		b.Queue(db.SetTenantSQL, t)
+		queueTenantRows(b, books, lbts, t)
 	}
 	err := sendTx(ctx, conn, b, func() { failpoint.Hit(FailpointBeforeCommit) }, func(k int, err error) error {
 		if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errCheckpointMoved) {

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-es/strata/internal/testdb"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/projections/projectiontest"
+	"github.com/strata-es/strata/replay"
 )
 
 // groupOf returns a group of runners of ps on d.
@@ -68,6 +69,30 @@ func reached(ctx context.Context, t *testing.T, d *testdb.DB, end event.Position
 		}
 	}
 	return true
+}
+
+// verifyLedgers runs replay verify over ps: every member's completeness
+// ledger, written by the group for all members in one statement per
+// tenant, must agree with the log.
+func verifyLedgers(ctx context.Context, t *testing.T, d *testdb.DB, store *postgres.Store, ps ...projections.Projection) {
+	t.Helper()
+	svc, err := replay.New(replay.Config{Registry: order.Registry, Pool: d.Projector, App: d.App, Log: store, Projections: ps, Logger: quietLogger(),
+		Runner: projections.RunnerConfig{Registry: order.Registry}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := svc.Verify(ctx, replay.VerifyOptions{Projections: projections.Names(ps)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) == 0 {
+		t.Fatal("verify found no ledger to check")
+	}
+	for _, v := range vs {
+		if !v.Complete {
+			t.Errorf("ledger of %s, tenant %s: %+v", v.Projection, v.Tenant, v)
+		}
+	}
 }
 
 // lastWriters counts the transactions that last wrote the named
@@ -129,6 +154,7 @@ func TestGroupAppliesEveryMemberInOneTransaction(t *testing.T) {
 	if st.Grouped == 0 || st.Split != 0 {
 		t.Errorf("stats %+v: want grouped batches, none split", st)
 	}
+	verifyLedgers(ctx, t, d, store, ps...)
 	if n := lastWriters(ctx, t, d, names); n != 1 {
 		t.Errorf("the members' checkpoints were last written by %d transactions, want 1", n)
 	}
@@ -192,6 +218,7 @@ func TestGroupParksAPoisonEventOfOneMember(t *testing.T) {
 	if st := g.Stats(); st.Split == 0 || st.Left != 0 {
 		t.Errorf("stats %+v: want a split batch and no member leaving", st)
 	}
+	verifyLedgers(ctx, t, d, store, details, list)
 }
 
 // stuck is the order list failing every event of one stream with an

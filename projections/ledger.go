@@ -234,6 +234,78 @@ func (lb *LedgerBook) QueueTenant(b *pgx.Batch, lbt LedgerBatch, t string) {
 		}
 		return nil
 	})
+	lb.queueMark(b, l, was, t)
+}
+
+// upsertLedgersSQL writes one tenant's rows of several books (a projection
+// group's members) in one statement, each guarded as upsertLedgerSQL
+// guards one: a row is updated only from the count its book had (was), and
+// a row that does not exist is inserted. It returns how many rows it wrote,
+// which must be all of them.
+const upsertLedgersSQL = `WITH u AS (
+    SELECT * FROM unnest($2::text[], $3::uuid[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bytea[], $9::text[], $10::text[], $11::bigint[])
+        AS u(projection, generation, events, applied, parked, skipped, hash, pos_major, pos_minor, was)
+), upd AS (
+    UPDATE projection_ledger l SET events = u.events, applied = u.applied, parked = u.parked, skipped = u.skipped, hash = u.hash,
+        pos_major = u.pos_major::numeric, pos_minor = u.pos_minor::numeric, updated_at = now()
+    FROM u WHERE l.generation = u.generation AND l.tenant_id = $1 AND l.events = u.was
+    RETURNING 1
+), ins AS (
+    INSERT INTO projection_ledger (projection, generation, tenant_id, events, applied, parked, skipped, hash, pos_major, pos_minor)
+    SELECT u.projection, u.generation, $1, u.events, u.applied, u.parked, u.skipped, u.hash, u.pos_major::numeric, u.pos_minor::numeric
+    FROM u WHERE NOT EXISTS (SELECT 1 FROM projection_ledger l WHERE l.generation = u.generation AND l.tenant_id = $1)
+    ON CONFLICT (generation, tenant_id) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins)`
+
+// queueTenantRows queues tenant t's rows of several books in one statement
+// (and each book's mark when due), into b, where the tenant setting is t
+// already: lbts[i] is books[i]'s batch. Books whose batch counted no event
+// of t queue nothing.
+func queueTenantRows(b *pgx.Batch, books []*LedgerBook, lbts []LedgerBatch, t string) {
+	var (
+		names, gens            []string
+		events, applied, parks []int64
+		skipped, was           []int64
+		hashes                 [][]byte
+		majors, minors         []string
+	)
+	for i, lb := range books {
+		l, ok := lbts[i].rows[t]
+		if !ok {
+			continue
+		}
+		names, gens = append(names, lb.name), append(gens, lb.generation)
+		events, applied, parks, skipped = append(events, l.Events), append(applied, l.Applied), append(parks, l.Parked), append(skipped, l.Skipped)
+		hashes = append(hashes, l.Hash[:])
+		majors, minors = append(majors, u64(l.Last.Major)), append(minors, u64(l.Last.Minor))
+		was = append(was, lbts[i].was[t])
+	}
+	if len(names) == 0 {
+		return
+	}
+	want := int64(len(names))
+	b.Queue(upsertLedgersSQL, t, names, gens, events, applied, parks, skipped, hashes, majors, minors, was).QueryRow(func(row pgx.Row) error {
+		var n int64
+		if err := row.Scan(&n); err != nil {
+			return err
+		}
+		if n != want {
+			return fmt.Errorf("%w: %d of %d rows of tenant %q written", ErrLedgerMoved, n, want, t)
+		}
+		return nil
+	})
+	for i, lb := range books {
+		if l, ok := lbts[i].rows[t]; ok {
+			lb.queueMark(b, l, lbts[i].was[t], t)
+		}
+	}
+}
+
+// queueMark queues a mark of l when its count passed a multiple of
+// LedgerMarkEvery since was.
+func (lb *LedgerBook) queueMark(b *pgx.Batch, l Ledger, was int64, t string) {
 	if l.Events/LedgerMarkEvery != was/LedgerMarkEvery {
 		b.Queue(insertLedgerMarkSQL, lb.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
 	}

@@ -308,7 +308,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 	b.BeginTx(pgx.TxOptions{})
 	owner := []int{ownerRunner} // queued statement -> its event's index in recs, or an owner constant
 	var res applied
-	if err := r.queueApply(b, &owner, &res, recs, items, from, next, bp, setBased, plan); err != nil {
+	if err := r.queueApply(b, &owner, &res, recs, items, from, next, bp, setBased, plan, false); err != nil {
 		return res, err
 	}
 	err := sendTx(ctx, conn, b, func() { failpoint.Hit(FailpointBeforeCommit) }, func(k int, err error) error {
@@ -332,8 +332,9 @@ func (r *Runner) apply(ctx context.Context, conn *pgx.Conn, recs []event.Record,
 // and its ledger row. For each statement it appends to owner the index in
 // recs of the event it belongs to, or an owner constant. res receives what
 // the batch reports, partly when b is sent (its callbacks write into it):
-// it must outlive the send.
-func (r *Runner) queueApply(b *pgx.Batch, owner *[]int, res *applied, recs []event.Record, items []item, from, next event.Position, bp BatchProjection, setBased bool, plan *parkPlan) error {
+// it must outlive the send. With laterLedger the ledger rows are counted
+// into res but not queued: a group queues its members' rows together.
+func (r *Runner) queueApply(b *pgx.Batch, owner *[]int, res *applied, recs []event.Record, items []item, from, next event.Position, bp BatchProjection, setBased bool, plan *parkPlan, laterLedger bool) error {
 	// Which events are parked, decided before anything is queued: the
 	// checkpoint's counters go first.
 	parked := make([]bool, len(items))
@@ -376,7 +377,7 @@ func (r *Runner) queueApply(b *pgx.Batch, owner *[]int, res *applied, recs []eve
 	res.ledger = r.ledger.Count(recs, func(i int) LedgerUse { return uses[i] })
 	counted := make(map[string]bool, len(res.ledger.Tenants()))
 	queueLedger := func(t string) {
-		if counted[t] {
+		if counted[t] || laterLedger {
 			return
 		}
 		n := b.Len()
@@ -453,7 +454,7 @@ func (r *Runner) queueApply(b *pgx.Batch, owner *[]int, res *applied, recs []eve
 		lo = hi
 	}
 	for _, t := range res.ledger.Tenants() {
-		if !counted[t] {
+		if !counted[t] && !laterLedger {
 			b.Queue(db.SetTenantSQL, t)
 			own(ownerRunner)
 			queueLedger(t)
