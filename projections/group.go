@@ -193,8 +193,7 @@ func (g *Group) Run(ctx context.Context) error {
 func (g *Group) lead(ctx context.Context, conn *pgx.Conn) error {
 	g.catchingUp, g.wakeTakenAt = false, time.Time{}
 	var (
-		chasing   bool
-		repoll    time.Duration
+		pace      pacer
 		lastStart time.Time
 		wake      <-chan struct{}
 		haveWake  bool
@@ -224,20 +223,9 @@ func (g *Group) lead(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			}
 		}
+		timeout := pace.next(n, g.catchingUp, &g.cfg)
 		if g.catchingUp {
-			chasing, repoll = false, 0
 			continue
-		}
-		timeout := g.cfg.PollInterval
-		if n == 0 && chasing {
-			repoll = max(2*repoll, g.cfg.MinRepoll)
-			if repoll < g.cfg.PollInterval {
-				timeout = repoll
-			} else {
-				chasing, repoll = false, 0
-			}
-		} else {
-			chasing, repoll = false, 0
 		}
 		for _, m := range g.grouped() {
 			if d, ok := m.r.nextRetry(); ok && d < timeout {
@@ -256,7 +244,7 @@ func (g *Group) lead(ctx context.Context, conn *pgx.Conn) error {
 			haveWake = wake != nil
 		case <-wake:
 			timer.Stop()
-			chasing, repoll = true, 0
+			pace.woken()
 			wake, haveWake = g.cfg.Wake(), true
 			g.wakeTakenAt = time.Now()
 			if wait := g.cfg.Gather - time.Since(lastStart); wait > 0 && !pgsession.Sleep(ctx, wait) {
@@ -264,8 +252,7 @@ func (g *Group) lead(ctx context.Context, conn *pgx.Conn) error {
 				return nil
 			}
 		case <-timer.C:
-			chasing = repoll > 0
-			if !chasing {
+			if pace.timedOut() {
 				// The idle probe of Runner.lead, for every member: is the
 				// session alive, and has a tool asked for one of them?
 				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -229,8 +229,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 	r.logger.Info("projection runner active", "checkpoint", cp.Token(), "position", cp.String())
 
 	var (
-		chasing   bool          // the last read was prompted by a wake-up
-		repoll    time.Duration // current delay of re-reading after an empty wake-up
+		pace      pacer
 		errDelay  time.Duration
 		transient time.Duration
 		lastStart time.Time // of the last batch
@@ -289,23 +288,9 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		if r.leaveCaughtUp && !r.catchingUp {
 			return pgsession.ErrDone // back to the group
 		}
+		timeout := pace.next(n, r.catchingUp, &r.cfg)
 		if r.catchingUp {
-			chasing, repoll = false, 0
 			continue // more is probably waiting
-		}
-		timeout := r.cfg.PollInterval
-		if n == 0 && chasing {
-			// Woken for events that are not visible yet: an older
-			// transaction is still open somewhere in the cluster. Look
-			// again soon, backing off towards the poll interval.
-			repoll = max(2*repoll, r.cfg.MinRepoll)
-			if repoll < r.cfg.PollInterval {
-				timeout = repoll
-			} else {
-				chasing, repoll = false, 0
-			}
-		} else {
-			chasing, repoll = false, 0
 		}
 		if d, ok := r.nextRetry(); ok && d < timeout {
 			timeout = max(d, time.Millisecond)
@@ -318,7 +303,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		case <-wake:
 			timer.Stop()
-			chasing, repoll = true, 0
+			pace.woken()
 			// The next channel is taken now, before the gather pause: the
 			// runners woken by one append then all took theirs before any
 			// of them reads, so they can share that read (SharedReads).
@@ -330,8 +315,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			}
 		case <-timer.C:
 			// After a re-poll delay keep chasing; after a plain poll not.
-			chasing = repoll > 0
-			if !chasing {
+			if pace.timedOut() {
 				// An idle session may have died unnoticed (it holds the
 				// lease, and a standby cannot take over until it is gone);
 				// the probe also tells whether a tool asked for the
