@@ -141,15 +141,13 @@ func (g *Group) count(f func(*GroupStats)) {
 // would, and returns nil then.
 func (g *Group) Run(ctx context.Context) error {
 	g.runCtx = ctx
-	defer g.alone.Wait() // members running alone stop with ctx
 	for _, m := range g.members {
 		m.r.setState(StateStarting)
 	}
 	defer func() {
+		g.alone.Wait() // members running alone stop with ctx
 		for _, m := range g.members {
-			if m.mode != memberAlone {
-				m.r.setState(StateStopped)
-			}
+			m.r.setState(StateStopped)
 		}
 	}()
 	// Every member starts alone: a process far behind (a restart, a fresh

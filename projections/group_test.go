@@ -448,3 +448,37 @@ func TestGroupFarBehindCatchesUpAlone(t *testing.T) {
 		t.Errorf("rows differ from the oracle:\n%s", ordertest.Diff(want, got))
 	}
 }
+
+// TestGroupStopsEveryMember: when the group's context ends, every member
+// reports stopped, those running alone at that moment too.
+func TestGroupStopsEveryMember(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, time.Minute)
+	d := testdb.New(t, orderview.Migrations)
+	store := postgres.New(d.App, d.Projector)
+	list := &stuck{OrderList: orderview.NewOrderList(orderview.OrderListTables{}), stream: "order-o-1"}
+	details := orderview.NewOrderDetails(orderview.OrderDetailsTables{})
+	g := groupOf(t, d, store, projections.RunnerConfig{MinErrorBackoff: 20 * time.Millisecond, MaxErrorBackoff: 50 * time.Millisecond}, details, list)
+	evs := ordertest.Generate(ordertest.Config{Seed: 41, Tenants: 1, Orders: 4, Customers: 2, Start: time.Now()})
+	if _, err := projectiontest.Append(ctx, store, evs); err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(rctx) }()
+	var listRunner *projections.Runner
+	for _, r := range g.Runners() {
+		if r.Name() == list.Name() {
+			listRunner = r
+		}
+	}
+	waitFor(t, 20*time.Second, "the stuck member to fail alone", func() bool { return listRunner.Status().State == projections.StateError })
+	inGroup(t, g, 1)
+	stop()
+	<-done
+	for _, r := range g.Runners() {
+		if s := r.Status().State; s != projections.StateStopped {
+			t.Errorf("%s: %s after the group stopped, want stopped", r.Name(), s)
+		}
+	}
+}
