@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,10 +196,15 @@ func (p *recordedProvider) Close() {
 	p.srv.Close()
 }
 
+// Calls returns the calls in the order they arrived. A call is recorded
+// when its handler returns, which for a quick call can be after a later
+// one's (the client sees the answer before the record is written).
 func (p *recordedProvider) Calls() []providerCall {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]providerCall(nil), p.calls...)
+	calls := append([]providerCall(nil), p.calls...)
+	p.mu.Unlock()
+	sort.SliceStable(calls, func(i, j int) bool { return calls[i].At.Before(calls[j].At) })
+	return calls
 }
 
 type recordingWriter struct {
