@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -88,8 +89,15 @@ func TestOneTenantCannotStarveOthers(t *testing.T) {
 	}
 
 	// A's bodies that never end: headers and a first chunk, then nothing.
+	// Three of them take A's command slots; the other seven are refused at
+	// once. The test waits for those seven answers, so it knows the three
+	// are held before it sends A's next command (sending it sooner races
+	// the stalled bodies for A's slots, and a command that wins one leaves
+	// a stalled body refused and a slot free).
 	host := strings.TrimPrefix(base, "http://")
-	for range 10 {
+	const stalled, slots = 10, 3
+	refusedBodies := make(chan string, stalled)
+	for range stalled {
 		c, err := net.Dial("tcp", host)
 		if err != nil {
 			t.Fatal(err)
@@ -97,17 +105,24 @@ func TestOneTenantCannotStarveOthers(t *testing.T) {
 		defer c.Close()
 		fmt.Fprintf(c, "POST /v1/orders HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
 			"Transfer-Encoding: chunked\r\n\r\n9\r\n{\"order_\r\n", host, tokA)
+		go func() {
+			c.SetReadDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck
+			if line, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+				refusedBodies <- strings.TrimSpace(line)
+			}
+		}()
 	}
-	// They hold what they hold once A's next command finds its slots (or,
-	// before the fix, the shared ones) taken.
-	var a answer
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		a = create(tokA, "a-1")
-		if a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable || time.Now().After(deadline) {
-			break
+	for i := range stalled - slots {
+		select {
+		case line := <-refusedBodies:
+			if !strings.Contains(line, " 429 ") {
+				t.Fatalf("a stalled body beyond A's command slots: %q, want 429", line)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of A's stalled bodies refused, want %d (the rest hold A's %d command slots)", i, stalled-slots, slots)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	a := create(tokA, "a-1")
 	if a.status != http.StatusTooManyRequests || a.code != "rate_limited" {
 		t.Fatalf("A's command while its bodies trickle: %d %s, want 429 rate_limited (its own limit, not the shared cap)", a.status, a.body)
 	}
