@@ -222,9 +222,17 @@ func (lbt LedgerBatch) Tenants() []string { return lbt.tenants }
 // into b, where the tenant setting is t already; nothing if lbt counted no
 // event of t.
 func (lb *LedgerBook) QueueTenant(b *pgx.Batch, lbt LedgerBatch, t string) {
+	if lb.queueRow(b, lbt, t) {
+		lb.queueMark(b, lbt.rows[t], lbt.was[t], t)
+	}
+}
+
+// queueRow queues tenant t's upsert of lbt, guarded by the count the book
+// had; it reports whether lbt counted an event of t.
+func (lb *LedgerBook) queueRow(b *pgx.Batch, lbt LedgerBatch, t string) bool {
 	l, ok := lbt.rows[t]
 	if !ok {
-		return
+		return false
 	}
 	was := lbt.was[t]
 	b.Queue(upsertLedgerSQL, lb.name, lb.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
@@ -234,7 +242,7 @@ func (lb *LedgerBook) QueueTenant(b *pgx.Batch, lbt LedgerBatch, t string) {
 		}
 		return nil
 	})
-	lb.queueMark(b, l, was, t)
+	return true
 }
 
 // upsertLedgersSQL writes one tenant's rows of several books (a projection
