@@ -96,6 +96,8 @@ func printRebuilt(w io.Writer, res replay.Result, asJSON bool) {
 			Checkpoint    string   `json:"checkpoint"`
 			Events        int64    `json:"events"`
 			Streams       int64    `json:"streams,omitempty"`
+			Folded        int64    `json:"folded_events"`
+			FoldedRows    int64    `json:"folded_rows"`
 			Resumed       bool     `json:"resumed"`
 			ParkedStreams int64    `json:"parked_streams"`
 			Seconds       float64  `json:"seconds"`
@@ -103,7 +105,7 @@ func printRebuilt(w io.Writer, res replay.Result, asJSON bool) {
 		}
 		out := []one{}
 		for _, p := range res.Projections {
-			out = append(out, one{p.Name, p.Scope, p.Checkpoint.Token(), p.Events, p.Streams, p.Resumed, p.ParkedStreams, p.Elapsed.Seconds(), p.Notes})
+			out = append(out, one{p.Name, p.Scope, p.Checkpoint.Token(), p.Events, p.Streams, p.Folded, p.FoldedRows, p.Resumed, p.ParkedStreams, p.Elapsed.Seconds(), p.Notes})
 		}
 		writeJSON(w, map[string]any{"projections": out, "events": res.Events, "seconds": res.Elapsed.Seconds(), "events_per_second": res.Rate()})
 		return
@@ -112,6 +114,9 @@ func printRebuilt(w io.Writer, res replay.Result, asJSON bool) {
 		what := fmt.Sprintf("%d events", p.Events)
 		if p.Scope == "from" {
 			what = fmt.Sprintf("%d streams (%d events)", p.Streams, p.Events)
+		}
+		if p.Folded > 0 {
+			what += fmt.Sprintf(", %d of them folded in memory into %d rows written by COPY", p.Folded, p.FoldedRows)
 		}
 		resumed := ""
 		if p.Resumed {

@@ -132,6 +132,12 @@ func (r *Runner) FoldOn(ctx context.Context, x *Exclusive, until event.Position,
 	}
 	wrote := time.Now()
 	rows, err := r.writeFold(ctx, conn, f, pos, marks)
+	var refused *foldRefusedError
+	if errors.As(err, &refused) {
+		r.logger.Warn("the folded rows were refused: the log is applied instead (the fold misses a constraint of the table)",
+			"projection", r.proj.Name(), "error", refused.Error())
+		return Folded{NotFolded: fmt.Sprintf("%s refused a folded row (the process's log has the database's error)", refused.table)}, nil
+	}
 	if err != nil {
 		return Folded{}, err
 	}
@@ -174,6 +180,16 @@ func (r *Runner) readFold(ctx context.Context, pos, until event.Position) ([]eve
 	return recs[:k], decoded, nil // decoded's slices stay aligned: a prefix
 }
 
+// foldRefusedError: the table refused a folded row.
+type foldRefusedError struct {
+	table string
+	err   error
+}
+
+func (e *foldRefusedError) Error() string {
+	return fmt.Sprintf("%s refused a folded row: %v", e.table, e.err)
+}
+
 type ledgerMark struct {
 	tenant string
 	l      Ledger
@@ -210,6 +226,11 @@ func (r *Runner) writeFold(ctx context.Context, conn *pgx.Conn, f Fold, pos even
 	for _, t := range f.Tables() {
 		n, err := tx.CopyFrom(ctx, pgx.Identifier{t.Table}, t.Columns, t.Rows)
 		if err != nil {
+			if c := db.SQLState(err); len(c) == 5 && (c[:2] == "22" || c[:2] == "23") {
+				// A row the table refuses (a fold that missed one of its
+				// constraints): not the rebuild's end, the log's way.
+				return 0, &foldRefusedError{t.Table, err}
+			}
 			return fail(fmt.Errorf("COPY into %s: %w", t.Table, err))
 		}
 		rows += n

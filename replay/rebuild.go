@@ -83,6 +83,9 @@ type Rebuilt struct {
 	// the streams it re-derived.
 	Events  int64
 	Streams int64
+	// Folded counts the events of Events folded in memory and written
+	// once by COPY (projections.Folder), FoldedRows the rows written so.
+	Folded, FoldedRows int64
 	// Resumed reports that an interrupted rebuild was continued.
 	Resumed bool
 	// ParkedStreams counts the streams the rebuilt rows have parked.
@@ -243,7 +246,9 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 	began := time.Now()
 	name, key := p.Name(), slotKey(p.Name(), o.Tenant)
 	res := Rebuilt{Name: name, Scope: o.scope()}
-	meta, resumed, err := s.prepareShadow(ctx, p, o.Tenant)
+	_, folder := p.(projections.Folder)
+	fold := folder && o.Tenant == "" && o.compare == nil && s.cfg.FoldRows >= 0
+	meta, resumed, err := s.prepareShadow(ctx, p, o.Tenant, fold)
 	if err != nil {
 		return res, err
 	}
@@ -298,6 +303,22 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 		return res, s.compareShadow(ctx, p, runner, shadowX, meta, o.Tenant, o.compare)
 	}
 
+	// Fold, when the projection folds and the shadow is fresh: its rows
+	// up to the head (or the memory bound) written once.
+	if meta.Fold {
+		head, err := s.cfg.Log.Head(ctx)
+		if err != nil {
+			return res, err
+		}
+		folded, err := runner.FoldOn(ctx, shadowX, head, s.foldRows())
+		if err != nil {
+			return res, err
+		}
+		res.Folded, res.FoldedRows = folded.Events, folded.Rows
+		if folded.NotFolded != "" && !resumed {
+			res.Notes = append(res.Notes, "not folded in memory: "+folded.NotFolded)
+		}
+	}
 	// Build, until the shadow is within a batch of the head.
 	for {
 		if err := runner.CatchUpOn(ctx, shadowX, event.Position{}); err != nil {
@@ -325,6 +346,9 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 		}
 	}
 	if err := s.analyze(ctx, meta); err != nil {
+		return res, err
+	}
+	if err := s.checkSecurity(ctx, meta); err != nil {
 		return res, err
 	}
 
@@ -427,7 +451,7 @@ func allScopeMessage(name string) string {
 // and their checkpoint row in one transaction (dropping what earlier
 // attempts left behind). A tenant's rebuild is refused while a rebuild of
 // every tenant exists; other tenants' slots are never looked at.
-func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, tenant string) (*rebuildMeta, bool, error) {
+func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, tenant string, fold bool) (*rebuildMeta, bool, error) {
 	name, key, suffix := p.Name(), slotKey(p.Name(), tenant), slotSuffix(tenant)
 	cps, err := s.checkpoints(ctx, key, p.Name()+rebuildSuffix)
 	if err != nil {
@@ -474,7 +498,7 @@ func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, t
 		}
 		return m, true, nil
 	}
-	m := &rebuildMeta{Of: name, Scope: scope, TenantSHA256: hash, Tables: map[string]string{}, StartedAt: time.Now().UTC()}
+	m := &rebuildMeta{Of: name, Scope: scope, TenantSHA256: hash, Tables: map[string]string{}, StartedAt: time.Now().UTC(), Fold: fold}
 	err = s.ownerTx(ctx, s.cfg.Owner, func(tx pgx.Tx) error {
 		for _, t := range p.Tables() {
 			shadow := t + suffix
@@ -488,11 +512,11 @@ func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, t
 			if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+drop); err != nil {
 				return err
 			}
-			deferred, err := cloneTable(ctx, tx, t, shadow, suffix, true)
+			deferred, err := cloneTable(ctx, tx, t, shadow, suffix, true, fold)
 			if err != nil {
 				return err
 			}
-			if tenant == "" {
+			if tenant == "" || fold {
 				m.DeferredIndexes = append(m.DeferredIndexes, deferred...)
 			} // a tenant's shadow is only copied from: no index needed
 			m.Tables[t] = shadow

@@ -109,6 +109,11 @@ type Config struct {
 	// change; DeadLetters is always on; Failures applies). Checkpoint,
 	// Filter, OnBatch, Wake, Shared and Progress are set by the rebuild.
 	Runner projections.RunnerConfig
+	// FoldRows bounds the rows a rebuild holds in memory for each
+	// projection that folds (projections.Folder): past it, the rebuild
+	// writes what it folded and applies the rest of the log as the runner
+	// does. 0 means DefaultFoldRows; a negative value turns folding off.
+	FoldRows int
 	// YieldTimeout bounds the wait for a projection's runner to yield its
 	// lease (default 30s).
 	YieldTimeout time.Duration
@@ -186,6 +191,17 @@ func (s *Service) projection(name string) (projections.Projection, error) {
 }
 
 // resolve returns the named projections (all when names is empty).
+// DefaultFoldRows is Config.FoldRows's default: with rows of a few
+// hundred bytes, well under a gigabyte per projection.
+const DefaultFoldRows = 2_000_000
+
+func (s *Service) foldRows() int {
+	if s.cfg.FoldRows == 0 {
+		return DefaultFoldRows
+	}
+	return s.cfg.FoldRows
+}
+
 func (s *Service) resolve(names []string) ([]projections.Projection, error) {
 	if len(names) == 0 {
 		return s.cfg.Projections, nil

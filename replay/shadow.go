@@ -98,8 +98,12 @@ UNION ALL SELECT 'inheritance' FROM pg_inherits WHERE inhrelid = $1 OR inhparent
 // once, after loading the rows, which is much cheaper than maintaining them
 // row by row. Keys and indexes are named with suffix appended (names of
 // indexes are unique in the schema, so every slot needs its own). It runs
-// as the owner, in the caller's transaction.
-func cloneTable(ctx context.Context, tx pgx.Tx, live, shadow, suffix string, deferIndexes bool) (deferred []string, err error) {
+// as the owner, in the caller's transaction. With deferRLS, enabling (and
+// forcing) row-level security is returned as statements too, first: a
+// rebuild that writes its rows by COPY (projections.Folder) must enable it
+// after, since COPY FROM is refused on a table under row-level security.
+// Policies and grants are created either way.
+func cloneTable(ctx context.Context, tx pgx.Tx, live, shadow, suffix string, deferIndexes, deferRLS bool) (deferred []string, err error) {
 	t, err := inspectTable(ctx, tx, live)
 	if err != nil {
 		return nil, err
@@ -178,14 +182,20 @@ WHERE i.indrelid = $1 AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.coni
 			return nil, err
 		}
 	}
+	var security []string
 	if t.rls {
-		if err := exec(fmt.Sprintf(`ALTER TABLE %s ENABLE ROW LEVEL SECURITY`, ident(shadow))); err != nil {
-			return nil, err
-		}
+		security = append(security, fmt.Sprintf(`ALTER TABLE %s ENABLE ROW LEVEL SECURITY`, ident(shadow)))
 	}
 	if t.force {
-		if err := exec(fmt.Sprintf(`ALTER TABLE %s FORCE ROW LEVEL SECURITY`, ident(shadow))); err != nil {
-			return nil, err
+		security = append(security, fmt.Sprintf(`ALTER TABLE %s FORCE ROW LEVEL SECURITY`, ident(shadow)))
+	}
+	if deferRLS {
+		deferred = append(security, deferred...)
+	} else {
+		for _, stmt := range security {
+			if err := exec(stmt); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// Policies, with the same names (they are per table).
@@ -253,6 +263,23 @@ ORDER BY 1, 2, 3`, t.oid)
 		}
 	}
 	return deferred, nil
+}
+
+// checkSecurity refuses a swap of shadow tables whose row-level security
+// is not the live tables': a fold's shadow gets it only after its rows are
+// written (cloneTable's deferRLS), and must not go live without.
+func (s *Service) checkSecurity(ctx context.Context, m *rebuildMeta) error {
+	for live, shadow := range m.Tables {
+		var same bool
+		if err := s.cfg.Pool.QueryRow(ctx, `SELECT l.relrowsecurity = s.relrowsecurity AND l.relforcerowsecurity = s.relforcerowsecurity
+FROM pg_class l, pg_class s WHERE l.oid = $1::regclass AND s.oid = $2::regclass`, ident(live), ident(shadow)).Scan(&same); err != nil {
+			return fmt.Errorf("read the row-level security of %s and %s: %w", live, shadow, err)
+		}
+		if !same {
+			return fmt.Errorf("shadow table %s does not have the row-level security of %s: nothing was swapped", shadow, live)
+		}
+	}
+	return nil
 }
 
 func checkNameLen(name string) error {

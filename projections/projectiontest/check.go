@@ -48,7 +48,9 @@ type Config struct {
 //     that fails and is applied event by event instead fails the test, since
 //     the runner's fallback would otherwise hide it;
 //   - rebuilt by `strata replay rebuild` (shadow tables swapped in) after
-//     the event-by-event run, when it is a projections.Retargetable.
+//     the event-by-event run, when it is a projections.Retargetable; a
+//     projections.Folder's rebuild must fold the whole log, and a second
+//     rebuild folds the first read alone and applies the rest.
 //
 // No event may park: a valid history applies cleanly. It returns the rows
 // (Dump's format), compared with the golden file when one is named.
@@ -60,17 +62,55 @@ func Check(t *testing.T, cfg Config) string {
 
 	perEvent, d := run(ctx, t, cfg, projections.RunnerConfig{BatchSize: 7, PerEvent: true})
 	if _, ok := p.(projections.Retargetable); ok {
-		svc, err := replay.New(replay.Config{Pool: d.Projector, App: d.App, Log: postgres.New(d.App, d.Projector),
-			Projections: []projections.Projection{p}, Registry: cfg.Registry, Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{p.Name()}}); err != nil {
-			t.Fatalf("rebuild %s: %v", p.Name(), err)
-		}
-		rebuilt := Dump(ctx, t, d.AdminURL, p.Tables()...)
-		if rebuilt != perEvent {
-			t.Errorf("rebuilt rows differ from event-by-event rows:\n%s", Diff(perEvent, rebuilt))
+		_, folds := p.(projections.Folder)
+		// A rebuild as the operator runs it (a Folder folds the whole log),
+		// then one that folds only the first read of 13 events and applies
+		// the rest.
+		for _, rc := range []struct {
+			name     string
+			foldRows int
+			runner   projections.RunnerConfig
+		}{{"rebuilt", 0, projections.RunnerConfig{}}, {"rebuilt with a fold of one read", 1, projections.RunnerConfig{BatchSize: 7, CatchUpBatch: 13}}} {
+			if rc.foldRows != 0 && !folds {
+				continue
+			}
+			svc, err := replay.New(replay.Config{Pool: d.Projector, App: d.App, Log: postgres.New(d.App, d.Projector),
+				Projections: []projections.Projection{p}, Registry: cfg.Registry, Logger: quiet(), FoldRows: rc.foldRows, Runner: rc.runner})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{p.Name()}})
+			if err != nil {
+				t.Fatalf("rebuild %s: %v", p.Name(), err)
+			}
+			if folds {
+				r := res.Projections[0]
+				switch {
+				case r.Folded == 0:
+					t.Errorf("%s: the rebuild folded nothing: %v", rc.name, r.Notes)
+				case rc.foldRows == 0 && r.Folded != r.Events:
+					t.Errorf("%s: the rebuild folded %d of %d events", rc.name, r.Folded, r.Events)
+				case rc.foldRows != 0 && r.Folded >= r.Events:
+					t.Errorf("%s: the rebuild folded all %d events, want the first read only", rc.name, r.Events)
+				}
+			}
+			rebuilt := Dump(ctx, t, d.AdminURL, p.Tables()...)
+			if rebuilt != perEvent {
+				t.Errorf("%s rows differ from event-by-event rows:\n%s", rc.name, Diff(perEvent, rebuilt))
+			}
+			// The rebuilt generation's ledger counts every event.
+			verdicts, err := svc.Verify(ctx, replay.VerifyOptions{Projections: []string{p.Name()}})
+			if err != nil {
+				t.Fatalf("%s: verify: %v", rc.name, err)
+			}
+			if len(verdicts) == 0 {
+				t.Errorf("%s: verify gave no verdict", rc.name)
+			}
+			for _, v := range verdicts {
+				if !v.Complete || v.LedgerEvents != v.StoreEvents {
+					t.Errorf("%s: verify of tenant %s: %+v", rc.name, v.Tenant, v)
+				}
+			}
 		}
 	}
 	if _, ok := p.(projections.BatchProjection); ok {

@@ -322,8 +322,14 @@ func benchRebuild(ctx context.Context, e *Env) ([]Result, error) {
 		floorRows = rows
 		floorRuns = append(floorRuns, Run{Ops: int64(l.events), Seconds: fd.Seconds(), Throughput: float64(l.events) / fd.Seconds()})
 		e.logf("rebuild raw    run %d: %.0f rows/s", i+1, rawRuns[i].Throughput)
-		e.logf("rebuild strata run %d: %.0f events/s (%d events through %d projections, shadow tables swapped in)", i+1,
-			strataRuns[i].Throughput, res.Events, len(res.Projections))
+		folds := 0
+		for _, p := range res.Projections {
+			if p.Folded > 0 {
+				folds++
+			}
+		}
+		e.logf("rebuild strata run %d: %.0f events/s (%d events through %d projections, %d of them folded in memory and written by COPY, shadow tables swapped in)", i+1,
+			strataRuns[i].Throughput, res.Events, len(res.Projections), folds)
 		e.logf("rebuild floor  run %d: %d final rows copied and indexed in %s (%.0f events/s)", i+1, rows, fd.Round(time.Millisecond), floorRuns[i].Throughput)
 	}
 	s, r, f := summarize(strataRuns), summarize(rawRuns), summarize(floorRuns)
