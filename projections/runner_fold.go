@@ -97,19 +97,30 @@ func (r *Runner) FoldOn(ctx context.Context, x *Exclusive, until event.Position,
 		if err != nil {
 			return Folded{}, fmt.Errorf("projection %s: %w", r.proj.Name(), err)
 		}
-		items, err := r.prepare(recs, decoded)
-		if err != nil {
-			return Folded{}, err
-		}
+		// In log order (no grouping by tenant, as prepare does for the
+		// statements: a fold's rows are per tenant anyway).
 		uses := make([]LedgerUse, len(recs))
-		for _, it := range items {
-			if it.err != nil {
-				return Folded{NotFolded: fmt.Sprintf("event %s cannot be decoded: %v", it.ev.ID, it.err)}, nil
+		for i, rec := range recs {
+			if !r.handles[rec.Type] {
+				continue
 			}
-			if err := foldEvent(f, it.ev); err != nil {
-				return Folded{NotFolded: fmt.Sprintf("the fold cannot take event %s: %v", it.ev.ID, err)}, nil
+			var payload event.Payload
+			var err error
+			if decoded != nil {
+				payload, err = decoded.payloads[i], decoded.errs[i]
+			} else {
+				payload, err = r.cfg.Registry.DecodeRecord(rec)
 			}
-			uses[it.idx] = LedgerApplied
+			switch {
+			case errors.Is(err, event.ErrUnknownType):
+				return Folded{}, r.eventError(i, rec, err) // the process's fault, as in prepare
+			case err != nil:
+				return Folded{NotFolded: fmt.Sprintf("event %s cannot be decoded: %v", rec.ID, err)}, nil
+			}
+			if err := foldEvent(f, Event{Record: rec, Payload: payload}); err != nil {
+				return Folded{NotFolded: fmt.Sprintf("the fold cannot take event %s: %v", rec.ID, err)}, nil
+			}
+			uses[i] = LedgerApplied
 		}
 		lbt := r.ledger.Count(recs, func(i int) LedgerUse { return uses[i] })
 		for _, t := range lbt.tenants {

@@ -69,6 +69,8 @@ const headReads = 8
 // while catching up, shared at the head.
 type SharedStats struct {
 	Reads, Shared, SharedHeads int64
+	// Prefetched counts the reads (of Reads) begun ahead of a reader.
+	Prefetched int64
 }
 
 type entry struct {
@@ -154,6 +156,9 @@ func (s *SharedReads) read(ctx context.Context, reader any, after event.Position
 			}
 		}
 		if b.err == nil && len(b.recs) == limit {
+			s.mu.Lock()
+			s.prefetchLocked(ctx, b, limit)
+			s.mu.Unlock()
 			return b, nil
 		}
 		// Failed or partial: not for sharing; read afresh below.
@@ -192,6 +197,28 @@ func (s *SharedReads) read(ctx context.Context, reader any, after event.Position
 		s.mu.Unlock()
 	}
 	return b, nil
+}
+
+// prefetchLocked starts reading (and decoding) the batch after the full
+// batch b, unless it is read already or the window is full: a catching-up
+// reader then finds it ready when it is done with b, instead of waiting for
+// the database and the decoding each time (a rebuild's folds read the log
+// about twice as fast so). It reads under ctx, the reader's: if that ends,
+// the read fails, and a failed batch is read afresh by whoever needs it.
+func (s *SharedReads) prefetchLocked(ctx context.Context, b *sharedBatch, limit int) {
+	if len(b.recs) == 0 || len(s.batches) >= s.keepFor(limit) {
+		return
+	}
+	next := batchKey{b.recs[len(b.recs)-1].Position, limit}
+	if _, ok := s.batches[next]; ok {
+		return
+	}
+	nb := &sharedBatch{key: next, done: make(chan struct{})}
+	s.batches[next] = nb
+	s.order = append(s.order, entry{next, nb})
+	s.stats.Reads++
+	s.stats.Prefetched++
+	go s.load(ctx, next, nb)
 }
 
 // headLocked returns a head read begun at or after since that answers k:
@@ -326,9 +353,7 @@ func (s *SharedReads) load(ctx context.Context, k batchKey, b *sharedBatch) {
 	b.recs, b.err = s.log.ReadAll(ctx, k.after, k.limit)
 	if b.err == nil {
 		b.payloads, b.errs = make([]event.Payload, len(b.recs)), make([]error, len(b.recs))
-		for i, rec := range b.recs {
-			b.payloads[i], b.errs[i] = s.registry.DecodeRecord(rec)
-		}
+		s.decode(b)
 	}
 	close(b.done)
 	s.mu.Lock()
@@ -337,6 +362,32 @@ func (s *SharedReads) load(ctx context.Context, k batchKey, b *sharedBatch) {
 		delete(s.batches, k)
 	}
 	s.evictLocked()
+}
+
+// decodeSplit is the size of a batch above which its halves are decoded
+// on two goroutines.
+const decodeSplit = 2_000
+
+// decode decodes b's records into b.payloads and b.errs.
+func (s *SharedReads) decode(b *sharedBatch) {
+	one := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			b.payloads[i], b.errs[i] = s.registry.DecodeRecord(b.recs[i])
+		}
+	}
+	n := len(b.recs)
+	if n < decodeSplit {
+		one(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		one(n/2, n)
+	}()
+	one(0, n/2)
+	wg.Wait()
 }
 
 // keptEvents bounds the events kept in full batches: 32 batches of the

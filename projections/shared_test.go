@@ -3,6 +3,7 @@ package projections
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,27 @@ func (l *memLog) ReadAll(_ context.Context, after event.Position, limit int) ([]
 }
 
 func (l *memLog) Head(context.Context) (event.Position, error) { return event.Position{}, nil }
+
+func (l *memLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reads
+}
+
+// settled waits until every batch in the window is read (a read ahead
+// runs on its own goroutine) and returns the stats.
+func (s *SharedReads) settled() SharedStats {
+	s.mu.Lock()
+	var pending []*sharedBatch
+	for _, b := range s.batches {
+		pending = append(pending, b)
+	}
+	s.mu.Unlock()
+	for _, b := range pending {
+		<-b.done
+	}
+	return s.Stats()
+}
 
 func (l *memLog) add(n int) {
 	l.mu.Lock()
@@ -64,12 +86,21 @@ func TestSharedReads(t *testing.T) {
 		t.Fatalf("first read: %v %+v", err, first)
 	}
 	second, err := s.read(ctx, b, event.Position{}, 4, true, time.Time{})
-	if err != nil || second != first || log.reads != 1 {
-		t.Fatalf("catching-up read was not shared (%d log reads)", log.reads)
+	if err != nil || second != first {
+		t.Fatalf("catching-up read was not shared")
+	}
+	// The catching-up reader's next batch was read ahead for it.
+	if st := s.settled(); st.Prefetched != 1 || log.count() != 2 {
+		t.Fatalf("after a catching-up read: %+v, %d log reads; want the shared one and the next batch read ahead", st, log.count())
+	}
+	next, err := s.read(ctx, b, first.recs[3].Position, 4, true, time.Time{})
+	if st := s.settled(); err != nil || len(next.recs) != 4 || log.count() != 1+int(st.Prefetched) {
+		t.Fatalf("the batch read ahead was read again: %v, %d log reads, %+v", err, log.count(), st)
 	}
 	// A runner following the head without a wake-up time reads for itself.
-	if third, _ := s.read(ctx, b, event.Position{}, 4, false, time.Time{}); third == first || log.reads != 2 {
-		t.Fatalf("a live read was served from the cache (%d log reads)", log.reads)
+	reads := log.count()
+	if third, _ := s.read(ctx, b, event.Position{}, 4, false, time.Time{}); third == first || log.count() != reads+1 {
+		t.Fatalf("a live read was served from the cache (%d log reads)", log.count())
 	}
 	// A partial batch is never shared: more may have become visible since.
 	tail := event.Position{Major: 8, Minor: 8}
@@ -121,9 +152,17 @@ func TestSharedReadsDropsPassedBatches(t *testing.T) {
 			}
 		}
 	}
-	// Both are at 8: the batch after 8 is theirs; the two before are passed.
-	if n := kept(); n != 1 {
-		t.Fatalf("%d batches kept while both readers are past all but the last, want 1", n)
+	// Both are at 8: the batch after 8 is theirs and the one after 12 was
+	// read ahead for them; the two before are passed.
+	s.mu.Lock()
+	var keys []uint64
+	for k := range s.batches {
+		keys = append(keys, k.after.Minor)
+	}
+	s.mu.Unlock()
+	slices.Sort(keys)
+	if !slices.Equal(keys, []uint64{8, 12}) {
+		t.Fatalf("batches after %v kept while both readers are past all but the last, want after 8 and (read ahead) after 12", keys)
 	}
 	// A reader that has not read for longer than readerGone, far behind,
 	// keeps nothing.
@@ -159,8 +198,8 @@ func TestSharedHeadReads(t *testing.T) {
 		t.Fatalf("first head read: %v %+v", err, first)
 	}
 	second, err := s.read(ctx, b, event.Position{}, 10, false, woken)
-	if err != nil || second != first || log.reads != 1 {
-		t.Fatalf("a head read begun after the wake-up was not shared (%d log reads)", log.reads)
+	if err != nil || second != first || log.count() != 1 {
+		t.Fatalf("a head read begun after the wake-up was not shared (%d log reads)", log.count())
 	}
 
 	// An event committed after that read; c took its channel after it.
@@ -170,8 +209,8 @@ func TestSharedHeadReads(t *testing.T) {
 	}
 	later := time.Now()
 	third, err := s.read(ctx, c, event.Position{}, 10, false, later)
-	if err != nil || third == first || len(third.recs) != 3 || log.reads != 2 {
-		t.Fatalf("a head read begun before the wake-up was shared: %d records, %d log reads", len(third.recs), log.reads)
+	if err != nil || third == first || len(third.recs) != 3 || log.count() != 2 {
+		t.Fatalf("a head read begun before the wake-up was shared: %d records, %d log reads", len(third.recs), log.count())
 	}
 
 	// A runner a little ahead (it applied the first event already) gets the
@@ -181,21 +220,21 @@ func TestSharedHeadReads(t *testing.T) {
 	d := new(int)
 	one := event.Position{Major: 1, Minor: 1}
 	rest, err := s.read(ctx, d, one, 10, false, later)
-	if err != nil || log.reads != 2 || len(rest.recs) != 2 || rest.recs[0].Position != (event.Position{Major: 2, Minor: 2}) || rest.payloads[1] == nil {
-		t.Fatalf("the rest of a partial head read was not shared: %v, %d log reads, %+v", err, log.reads, rest)
+	if err != nil || log.count() != 2 || len(rest.recs) != 2 || rest.recs[0].Position != (event.Position{Major: 2, Minor: 2}) || rest.payloads[1] == nil {
+		t.Fatalf("the rest of a partial head read was not shared: %v, %d log reads, %+v", err, log.count(), rest)
 	}
 	full, err := s.read(ctx, d, event.Position{}, 2, false, time.Now())
-	if err != nil || len(full.recs) != 2 || log.reads != 3 {
-		t.Fatalf("full read: %v, %d log reads", err, log.reads)
+	if err != nil || len(full.recs) != 2 || log.count() != 3 {
+		t.Fatalf("full read: %v, %d log reads", err, log.count())
 	}
-	if _, err := s.read(ctx, a, one, 2, false, full.started); err != nil || log.reads != 4 {
-		t.Fatalf("the rest of a full head read was shared (%d log reads)", log.reads)
+	if _, err := s.read(ctx, a, one, 2, false, full.started); err != nil || log.count() != 4 {
+		t.Fatalf("the rest of a full head read was shared (%d log reads)", log.count())
 	}
 
 	// Without a wake-up time (CatchUp, a runner without Wake) a head read
 	// is never shared.
-	if fourth, _ := s.read(ctx, a, event.Position{}, 10, false, time.Time{}); fourth == third || log.reads != 5 {
-		t.Fatalf("a head read without a wake-up time was shared (%d log reads)", log.reads)
+	if fourth, _ := s.read(ctx, a, event.Position{}, 10, false, time.Time{}); fourth == third || log.count() != 5 {
+		t.Fatalf("a head read without a wake-up time was shared (%d log reads)", log.count())
 	}
 	if st := s.Stats(); st.SharedHeads != 2 || st.Reads != 5 {
 		t.Fatalf("stats %+v, want 5 reads and 2 shared heads", st)

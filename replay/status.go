@@ -58,12 +58,12 @@ type rebuildMeta struct {
 	Of              string            `json:"of"`
 	Scope           string            `json:"scope"` // all | tenant
 	TenantSHA256    string            `json:"tenant_sha256,omitempty"`
-	Tables          map[string]string `json:"tables"` // live -> shadow
+	Tables          map[string]string `json:"tables"`                     // live -> shadow
 	DeferredIndexes []string          `json:"deferred_indexes,omitempty"` // and, with Fold, enabling row-level security
 	// Fold: the shadow was made for a fold (its row-level security is
 	// enabled after the rows are written, among DeferredIndexes).
-	Fold bool `json:"fold,omitempty"`
-	StartedAt       time.Time         `json:"started_at"`
+	Fold      bool      `json:"fold,omitempty"`
+	StartedAt time.Time `json:"started_at"`
 }
 
 func parseMeta(raw []byte) (*rebuildMeta, error) {

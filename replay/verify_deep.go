@@ -59,7 +59,7 @@ func (s *Service) VerifyDeep(ctx context.Context, o VerifyOptions) ([]DeepVerdic
 	for _, p := range ps {
 		d := DeepVerdict{Projection: p.Name(), Tenant: o.Tenant}
 		ro.compare = &d
-		if _, err := s.rebuildOne(ctx, p, ro, nil, newTracker(nil, 0)); err != nil {
+		if _, err := s.rebuildOne(ctx, p, ro, nil, newLagCounts(s.cfg.Log), newTracker(nil, 0)); err != nil {
 			return out, fmt.Errorf("deep verify %s: %w", p.Name(), err)
 		}
 		if err := s.Abort(ctx, p.Name(), o.Tenant); err != nil && !errors.Is(err, ErrNothingToDo) {

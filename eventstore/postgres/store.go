@@ -344,7 +344,7 @@ func (s *Store) ReadStream(ctx context.Context, tenant, stream string, after int
 	if err != nil {
 		return nil, translate("read stream "+stream, err)
 	}
-	recs, err := scanRecords(rows)
+	recs, err := scanRecords(rows, 0)
 	if err != nil {
 		return nil, translate("read stream "+stream, err)
 	}
@@ -375,7 +375,7 @@ func (s *Store) ReadAll(ctx context.Context, after event.Position, limit int) ([
 	if err != nil {
 		return nil, translate("read all", err)
 	}
-	recs, err := scanRecords(rows)
+	recs, err := scanRecords(rows, limit)
 	if err != nil {
 		return nil, translate("read all", err)
 	}
@@ -402,7 +402,7 @@ func (s *Store) ReadTenant(ctx context.Context, tenant string, after event.Posit
 	if err != nil {
 		return nil, translate("read tenant", err)
 	}
-	recs, err := scanRecords(rows)
+	recs, err := scanRecords(rows, limit)
 	if err != nil {
 		return nil, translate("read tenant", err)
 	}
@@ -508,18 +508,22 @@ func (s *Store) Lag(ctx context.Context, after event.Position) (events int64, ol
 	return events, oldest, nil
 }
 
-func scanRecords(rows pgx.Rows) ([]event.Record, error) {
+func scanRecords(rows pgx.Rows, sizeHint int) ([]event.Record, error) {
 	defer rows.Close()
-	var out []event.Record
+	out := make([]event.Record, 0, min(sizeHint, 10_000))
 	for rows.Next() {
 		var r event.Record
 		var pos int64
 		var tx string
-		var meta []byte
+		var data, meta []byte
 		var sv int32
-		if err := rows.Scan(&pos, &tx, &r.Tenant, &r.Stream, &r.Version, &r.ID, &r.Type, &sv, &r.Data, &meta, &r.RecordedAt); err != nil {
+		// The payload into bytes, not into json.RawMessage: that would go
+		// through encoding/json, which validates what jsonb holds valid
+		// already (a third of a log read's time, measured).
+		if err := rows.Scan(&pos, &tx, &r.Tenant, &r.Stream, &r.Version, &r.ID, &r.Type, &sv, &data, &meta, &r.RecordedAt); err != nil {
 			return nil, err
 		}
+		r.Data = data
 		major, err := strconv.ParseUint(tx, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("parse tx id %q: %w", tx, err)

@@ -330,6 +330,10 @@ func benchRebuild(ctx context.Context, e *Env) ([]Result, error) {
 		}
 		e.logf("rebuild strata run %d: %.0f events/s (%d events through %d projections, %d of them folded in memory and written by COPY, shadow tables swapped in)", i+1,
 			strataRuns[i].Throughput, res.Events, len(res.Projections), folds)
+		for _, p := range res.Projections {
+			e.logf("  %s: %s, of which fold %s (writing %s); %d events folded into %d rows", p.Name, p.Elapsed.Round(time.Millisecond),
+				p.FoldTook.Round(time.Millisecond), p.FoldWrite.Round(time.Millisecond), p.Folded, p.FoldedRows)
+		}
 		e.logf("rebuild floor  run %d: %d final rows copied and indexed in %s (%.0f events/s)", i+1, rows, fd.Round(time.Millisecond), floorRuns[i].Throughput)
 	}
 	s, r, f := summarize(strataRuns), summarize(rawRuns), summarize(floorRuns)

@@ -33,6 +33,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	runs := fs.Int("runs", 0, "repetitions per variant (default 3, quick 1)")
 	dur := fs.Duration("duration", 0, "measured time per run (default 10s, quick 2s)")
 	warmup := fs.Duration("warmup", 0, "unmeasured time before each run (default 2s, quick 500ms)")
+	events := fs.Int("events", 0, "events seeded for the catch-up and rebuild workloads (default 1,000,000, quick 20,000)")
 	pgStats := fs.Int("pg-stats", 0, "load pg_stat_statements and print each workload's top N statements by execution time")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process workloads: append, catchup, rebuild, verify) to FILE")
 	if err := fs.Parse(args); err != nil {
@@ -66,6 +67,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *only != "" {
 		cfg.Workloads = strings.Split(*only, ",")
+	}
+	if *events > 0 {
+		cfg.CatchUp = *events
 	}
 	cfg.PGStats = *pgStats
 	cfg.Progress = stderr
