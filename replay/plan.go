@@ -153,13 +153,19 @@ AND (tx_id, position) <= ($3::text::xid8, $4::bigint)`, tenant, streams, strconv
 	return n, nil
 }
 
-// tenantEvents counts tenant's events after start in the log (through the
-// index of the log by tenant).
+// tenantEvents counts tenant's events after start in the log, where the
+// log can count them (PostgreSQL, through its index by tenant); elsewhere
+// it is the whole log's lag, which bounds them.
 func (s *Service) tenantEvents(ctx context.Context, tenant string, start event.Position) (int64, error) {
-	var n int64
-	if err := s.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND (tx_id, position) > ($2::text::xid8, $3::bigint)`,
-		tenant, strconv.FormatUint(start.Major, 10), int64(start.Minor)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count the tenant's events: %w", err)
+	if tc, ok := s.cfg.Log.(interface {
+		TenantLag(ctx context.Context, tenant string, after event.Position) (int64, error)
+	}); ok {
+		n, err := tc.TenantLag(ctx, tenant, start)
+		if err != nil {
+			return 0, fmt.Errorf("count the tenant's events: %w", err)
+		}
+		return n, nil
 	}
-	return n, nil
+	n, _, err := s.cfg.Log.Lag(ctx, start)
+	return n, err
 }

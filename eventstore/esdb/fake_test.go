@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -321,5 +322,61 @@ func TestFakeServerHeadAndCheckpoints(t *testing.T) {
 	}
 	if h, err := ours.Head(ctx); err != nil || h != next.Position {
 		t.Fatalf("head after the second append: %v, %v; want %v", h, err, next.Position)
+	}
+}
+
+// TestFakeServerTenantReadWithoutCaughtUp: on a server that never says a
+// subscription caught up (before 23.10) and sends no checkpoint, ReadTenant still returns the tenant's events, and an empty answer
+// only once it has read the namespace's events up to the head: the poll
+// wait alone proves nothing there (the server may still be scanning other
+// tenants' events).
+func TestFakeServerTenantReadWithoutCaughtUp(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer()
+	addr := f.serve(t, "127.0.0.1:0")
+	s := openFake(t, addr, func(c *config) { c.catchUpWait = 10 * time.Millisecond })
+	ctx := ctxT(t)
+	var mine []string
+	for i := range 45 { // the last few are another tenant's: the head is none of ours
+		tenant := "t-other"
+		if i%13 == 0 {
+			tenant = "t-mine"
+		}
+		evs := newEvents(1)
+		if _, err := s.Append(ctx, eventstore.AppendRequest{Tenant: tenant, Stream: fmt.Sprintf("s-%d", i), Expected: eventstore.Any, Events: evs}); err != nil {
+			t.Fatal(err)
+		}
+		if tenant == "t-mine" {
+			mine = append(mine, evs[0].ID)
+		}
+	}
+	// The server now scans slowly: the events between two of ours take
+	// longer than the proof's wait.
+	f.mu.Lock()
+	f.noCaughtUp, f.noCheckpoints, f.scanDelay = true, true, 3*time.Millisecond
+	f.mu.Unlock()
+	var got []string
+	var after event.Position
+	for range 10 {
+		recs, err := s.ReadTenant(ctx, "t-mine", after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			if r.Tenant != "t-mine" {
+				t.Fatalf("another tenant's event: %+v", r)
+			}
+			got = append(got, r.ID)
+		}
+		after = recs[len(recs)-1].Position
+	}
+	if !slices.Equal(got, mine) {
+		t.Fatalf("read %v, want %v", got, mine)
+	}
+	if _, err := s.ReadTenant(ctx, "Not A Tenant", event.Position{}, 2); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("an invalid tenant: %v", err)
 	}
 }

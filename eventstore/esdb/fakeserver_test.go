@@ -45,6 +45,13 @@ type fakeServer struct {
 	// multiPosition, when set, makes a multi-event append answer with its
 	// first event's position (an answer the adapter must not trust).
 	multiFirstPosition bool
+	// noCaughtUp makes subscriptions never say they caught up (servers
+	// before 23.10).
+	noCaughtUp bool
+	// noCheckpoints makes filtered subscriptions send no checkpoints.
+	noCheckpoints bool
+	// scanDelay is how long a subscription takes over each event of $all.
+	scanDelay time.Duration
 }
 
 type fakeEvent struct {
@@ -331,8 +338,12 @@ func (f *fakeServer) subscribeAll(srv api.Streams_ReadServer, all *api.ReadReq_O
 		f.mu.Lock()
 		batch := append([]fakeEvent(nil), f.log[next:]...)
 		changed, drop := f.changed, f.drop
+		noCaughtUp, noCheckpoints, scanDelay := f.noCaughtUp, f.noCheckpoints, f.scanDelay
 		f.mu.Unlock()
 		for _, e := range batch {
+			if scanDelay > 0 {
+				time.Sleep(scanDelay)
+			}
 			next++
 			if e.pos <= after {
 				continue
@@ -344,14 +355,14 @@ func (f *fakeServer) subscribeAll(srv api.Streams_ReadServer, all *api.ReadReq_O
 				}
 			}
 			scanned++
-			if scanned%every == 0 {
+			if scanned%every == 0 && !noCheckpoints {
 				if err := srv.Send(&api.ReadResp{Content: &api.ReadResp_Checkpoint_{Checkpoint: &api.ReadResp_Checkpoint{
 					CommitPosition: e.pos, PreparePosition: e.pos}}}); err != nil {
 					return err
 				}
 			}
 		}
-		if !caughtUp {
+		if !caughtUp && !noCaughtUp {
 			caughtUp = true
 			if err := srv.Send(&api.ReadResp{Content: &api.ReadResp_CaughtUp_{CaughtUp: &api.ReadResp_CaughtUp{}}}); err != nil {
 				return err

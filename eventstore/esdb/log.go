@@ -45,7 +45,8 @@ type item struct {
 // reader fields are used only by the caller that took the cursor from the
 // pool.
 type cursor struct {
-	items chan item
+	prefix string // the server-side filter: the namespace's, or one tenant's
+	items  chan item
 	done  chan struct{} // closed when the pump has stopped
 	stop  context.CancelFunc
 
@@ -58,14 +59,15 @@ type cursor struct {
 	catchUpWait time.Duration
 }
 
-func newCursor(from event.Position, stop context.CancelFunc) *cursor {
-	return &cursor{items: make(chan item, cursorBuffer), done: make(chan struct{}), stop: stop,
+func newCursor(prefix string, from event.Position, stop context.CancelFunc) *cursor {
+	return &cursor{prefix: prefix, items: make(chan item, cursorBuffer), done: make(chan struct{}), stop: stop,
 		last: from, scanned: from, catchUpWait: defaultCatchUpWait}
 }
 
-// covers reports whether reading after p can continue from this cursor.
-func (c *cursor) covers(p event.Position) bool {
-	return !p.Less(c.last) && !c.scanned.Less(p)
+// covers reports whether reading after p through the filter prefix can
+// continue from this cursor.
+func (c *cursor) covers(prefix string, p event.Position) bool {
+	return c.prefix == prefix && !p.Less(c.last) && !c.scanned.Less(p)
 }
 
 // defaultCatchUpWait is how long an empty read waits while the
@@ -193,13 +195,80 @@ func (s *Store) ReadAll(ctx context.Context, after event.Position, limit int) ([
 		limit = 500
 	}
 	l := s.log
-	c, err := l.take(ctx, after)
+	c, err := l.take(ctx, s.names.prefix, after)
 	if err != nil {
 		return nil, err
 	}
 	recs, err := c.read(ctx, after, limit, s.cfg.pollWait)
 	l.put(c)
 	return recs, err
+}
+
+// ReadTenant implements eventstore.TenantLog on EventStoreDB's terms: a
+// subscription to $all that the server filters by the tenant's stream-name
+// prefix (<namespace>-<tenant>.), so the other tenants' events never leave
+// the server (it still scans them: $all has no index by tenant). Its cursor
+// is kept and continued like ReadAll's. An empty answer means the tenant
+// has no event between after and the head as it was when the call began:
+// it returns only once the server has said it caught up, or has scanned
+// to that head, never on the poll wait alone (the server may still be
+// passing other tenants' events).
+func (s *Store) ReadTenant(ctx context.Context, tenant string, after event.Position, limit int) ([]event.Record, error) {
+	if !tenantPattern.MatchString(tenant) {
+		return nil, fmt.Errorf("read tenant: %w: tenant %q", ErrInvalidName, tenant)
+	}
+	if limit <= 0 {
+		limit = 500
+	}
+	head, err := s.Head(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !after.Less(head) {
+		return nil, nil // nothing of anyone's up to the head
+	}
+	l := s.log
+	c, err := l.take(ctx, s.names.prefix+tenant+".", after)
+	if err != nil {
+		return nil, err
+	}
+	defer l.put(c)
+	proofBy := time.Now().Add(2 * c.catchUpWait)
+	for {
+		recs, err := c.read(ctx, after, limit, s.cfg.pollWait)
+		if err != nil || len(recs) > 0 || c.live || !c.scanned.Less(head) {
+			return recs, err
+		}
+		if time.Now().After(proofBy) {
+			// A server that sends neither CaughtUp (before 23.10) nor a
+			// checkpoint at the head: read the namespace's events up to
+			// the head and keep the tenant's.
+			return s.readTenantFiltered(ctx, tenant, after, head, limit)
+		}
+	}
+}
+
+// readTenantFiltered is ReadTenant through the namespace's own reads: up
+// to limit events of tenant after `after`, scanning the namespace's events
+// up to head.
+func (s *Store) readTenantFiltered(ctx context.Context, tenant string, after, head event.Position, limit int) ([]event.Record, error) {
+	var out []event.Record
+	for after.Less(head) && len(out) < limit {
+		recs, err := s.ReadAll(ctx, after, 500)
+		if err != nil {
+			return out, err
+		}
+		for _, r := range recs { // none yet: the server is still scanning
+			if head.Less(r.Position) || len(out) == limit {
+				return out, nil
+			}
+			if r.Tenant == tenant {
+				out = append(out, r)
+			}
+			after = r.Position
+		}
+	}
+	return out, nil
 }
 
 // LatestCheckpoint returns the farthest position p >= after up to which the
@@ -216,30 +285,30 @@ func (s *Store) LatestCheckpoint(after event.Position) event.Position {
 	defer l.mu.Unlock()
 	best := after
 	for _, c := range l.idle {
-		if c.err == nil && c.covers(after) && best.Less(c.scanned) {
+		if c.err == nil && c.covers(s.names.prefix, after) && best.Less(c.scanned) {
 			best = c.scanned
 		}
 	}
 	return best
 }
 
-// take removes a cursor that can continue after `after` from the pool, or
-// opens a new one.
-func (l *globalLog) take(ctx context.Context, after event.Position) (*cursor, error) {
+// take removes a cursor of the filter prefix that can continue after
+// `after` from the pool, or opens a new one.
+func (l *globalLog) take(ctx context.Context, prefix string, after event.Position) (*cursor, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil, fmt.Errorf("read all: %w", ErrClosed)
 	}
 	for i := len(l.idle) - 1; i >= 0; i-- {
-		if c := l.idle[i]; c.covers(after) {
+		if c := l.idle[i]; c.covers(prefix, after) {
 			l.idle = append(l.idle[:i], l.idle[i+1:]...)
 			l.mu.Unlock()
 			return c, nil
 		}
 	}
 	l.mu.Unlock()
-	return l.open(ctx, after)
+	return l.open(ctx, prefix, after)
 }
 
 // put returns a cursor to the pool, closing the least recently used one
@@ -268,14 +337,17 @@ func (l *globalLog) put(c *cursor) {
 
 // open subscribes from after and starts the cursor's pump. The subscribe
 // call waits for ctx; the subscription itself lives until the cursor stops.
-func (l *globalLog) open(ctx context.Context, after event.Position) (*cursor, error) {
+func (l *globalLog) open(ctx context.Context, prefix string, after event.Position) (*cursor, error) {
 	subCtx, stop := context.WithCancel(l.ctx)
-	sub, err := l.subscribe(ctx, subCtx, after)
+	sub, err := l.subscribe(ctx, subCtx, prefix, after)
 	if err != nil {
 		stop() // also ends a subscription that completes after ctx gave up
 		return nil, err
 	}
-	c := newCursor(after, stop)
+	c := newCursor(prefix, after, stop)
+	if w := l.s.cfg.catchUpWait; w > 0 {
+		c.catchUpWait = w
+	}
 	l.pumps.Add(1)
 	go func() {
 		defer l.pumps.Done()
@@ -284,7 +356,7 @@ func (l *globalLog) open(ctx context.Context, after event.Position) (*cursor, er
 	return c, nil
 }
 
-func (l *globalLog) subscribe(ctx, subCtx context.Context, from event.Position) (*esdb.Subscription, error) {
+func (l *globalLog) subscribe(ctx, subCtx context.Context, prefix string, from event.Position) (*esdb.Subscription, error) {
 	var sub *esdb.Subscription
 	err := l.s.conn.call(ctx, "read all: subscribe to $all", func(c *esdb.Client) error {
 		var err error
@@ -292,7 +364,7 @@ func (l *globalLog) subscribe(ctx, subCtx context.Context, from event.Position) 
 			From: allFrom(from),
 			Filter: &esdb.SubscriptionFilter{
 				Type:     esdb.StreamFilterType,
-				Prefixes: []string{l.s.names.prefix},
+				Prefixes: []string{prefix},
 			},
 		})
 		return err
@@ -387,7 +459,7 @@ func (l *globalLog) pump(ctx context.Context, c *cursor, sub *esdb.Subscription,
 					return
 				}
 				backoff = min(2*backoff, maxBackoff)
-				s, err := l.subscribe(ctx, ctx, pos)
+				s, err := l.subscribe(ctx, ctx, c.prefix, pos)
 				if err != nil {
 					if ctx.Err() != nil {
 						return

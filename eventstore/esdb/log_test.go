@@ -22,7 +22,7 @@ func checkpointAt(n uint64) item {
 
 // feed returns a live cursor started at from whose buffer holds items.
 func feed(from event.Position, items ...item) *cursor {
-	c := newCursor(from, func() {})
+	c := newCursor("strata-", from, func() {})
 	c.live = true
 	for _, it := range items {
 		c.items <- it
@@ -87,12 +87,12 @@ func TestCursorEmptyPageAfterWait(t *testing.T) {
 		t.Fatalf("cursor at %v/%v, want 5/50", c.last, c.scanned)
 	}
 	for _, p := range []uint64{5, 6, 40, 50} {
-		if !c.covers(pos(p)) {
+		if !c.covers("strata-", pos(p)) {
 			t.Errorf("cursor does not cover %d", p)
 		}
 	}
 	for _, p := range []uint64{4, 51} {
-		if c.covers(pos(p)) {
+		if c.covers("strata-", pos(p)) {
 			t.Errorf("cursor covers %d", p)
 		}
 	}
@@ -159,12 +159,12 @@ func TestCursorStopsWithContextAndPump(t *testing.T) {
 
 func TestCursorPool(t *testing.T) {
 	t.Parallel()
-	s := &Store{cfg: config{maxCursors: 2}}
+	s := &Store{cfg: config{maxCursors: 2}, names: naming{ns: "strata", prefix: "strata-"}}
 	l := newGlobalLog(s)
 	s.log = l
 	stopped := map[string]bool{}
 	mk := func(name string, last, scanned uint64) *cursor {
-		c := newCursor(pos(last), func() { stopped[name] = true })
+		c := newCursor("strata-", pos(last), func() { stopped[name] = true })
 		c.scanned = pos(scanned)
 		return c
 	}
@@ -181,11 +181,11 @@ func TestCursorPool(t *testing.T) {
 	if got := s.LatestCheckpoint(pos(40)); got != pos(40) {
 		t.Fatalf("LatestCheckpoint(40) = %v, want 40 (no cursor covers it)", got)
 	}
-	got, err := l.take(context.Background(), pos(30))
+	got, err := l.take(context.Background(), "strata-", pos(30))
 	if err != nil || got != b {
 		t.Fatalf("take(30) = %p, %v; want cursor b", got, err)
 	}
-	if got, err := l.take(context.Background(), pos(50)); err != nil || got != c {
+	if got, err := l.take(context.Background(), "strata-", pos(50)); err != nil || got != c {
 		t.Fatalf("take(50) = %p, %v; want cursor c", got, err)
 	}
 	l.put(b)
@@ -193,7 +193,7 @@ func TestCursorPool(t *testing.T) {
 	if !stopped["b"] {
 		t.Fatal("close left a cursor running")
 	}
-	if _, err := l.take(context.Background(), pos(20)); !errors.Is(err, ErrClosed) {
+	if _, err := l.take(context.Background(), "strata-", pos(20)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("take after close: %v", err)
 	}
 	l.put(c) // a cursor returned after close is stopped
@@ -204,7 +204,7 @@ func TestCursorPool(t *testing.T) {
 
 func TestCursorWaitsLongerUntilCaughtUp(t *testing.T) {
 	t.Parallel()
-	c := newCursor(event.Position{}, func() {})
+	c := newCursor("strata-", event.Position{}, func() {})
 	c.catchUpWait = time.Hour
 	// Not caught up: an empty read outlasts the poll wait (it would wait an
 	// hour; the context ends it).

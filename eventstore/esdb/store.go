@@ -47,6 +47,7 @@ type config struct {
 	duplicateWindow int
 	pollWait        time.Duration
 	maxCursors      int
+	catchUpWait     time.Duration // tests only; defaultCatchUpWait otherwise
 }
 
 // Defaults of the options.

@@ -409,6 +409,20 @@ func (s *Store) ReadTenant(ctx context.Context, tenant string, after event.Posit
 	return recs, nil
 }
 
+// TenantLag counts tenant's events after `after`, through the index of
+// the log by tenant.
+func (s *Store) TenantLag(ctx context.Context, tenant string, after event.Position) (int64, error) {
+	if s.projector == nil {
+		return 0, errors.New("tenant lag: store opened without a projector pool")
+	}
+	var n int64
+	if err := s.projector.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND (tx_id, position) > ($2::text::xid8, $3::bigint)`,
+		tenant, strconv.FormatUint(after.Major, 10), int64(after.Minor)).Scan(&n); err != nil {
+		return 0, translate("tenant lag", err)
+	}
+	return n, nil
+}
+
 // Head implements eventstore.Log.
 func (s *Store) Head(ctx context.Context) (event.Position, error) {
 	if s.projector == nil {

@@ -54,6 +54,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"IdempotencyRecords", testIdempotency},
 		{"LocateVersions", testLocateVersions},
 		{"StreamPositionsMatchLog", testStreamPositionsMatchLog},
+		{"TenantLog", testTenantLog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -614,5 +615,72 @@ func testStreamPositionsMatchLog(t *testing.T, h Harness) {
 	}
 	if seen != n {
 		t.Fatalf("the streams hold %d events, the log %d", seen, n)
+	}
+}
+
+// testTenantLog: a log that reads one tenant's events (eventstore.TenantLog)
+// returns exactly the tenant's events of the global log, in its order and
+// at its positions, in pages after any position; and an empty page once
+// there are none up to the head, also for a tenant with no events at all.
+func testTenantLog(t *testing.T, h Harness) {
+	tl, ok := h.Log.(eventstore.TenantLog)
+	if !ok {
+		t.Log("the log reads no tenant on its own (eventstore.TenantLog): tenant tools read the global log with a filter")
+		return
+	}
+	tenants := []string{"t-a", "t-b", "t-c"}
+	n := 0
+	for i := 0; i < 24; i++ {
+		evs := newEvents(1+i%2, "x.y")
+		// t-c gets every sixth batch only: its events lie far apart.
+		tenant := tenants[i%2]
+		if i%6 == 5 {
+			tenant = "t-c"
+		}
+		mustAppend(t, h.Store, eventstore.AppendRequest{Tenant: tenant, Stream: fmt.Sprintf("s-%d", i%5), Expected: eventstore.Any, Events: evs})
+		n += len(evs)
+	}
+	all := readAll(t, h.Log, 10, n)
+	for _, tenant := range append(tenants, "t-none") {
+		var want []event.Record
+		for _, r := range all {
+			if r.Tenant == tenant {
+				want = append(want, r)
+			}
+		}
+		var got []event.Record
+		var after event.Position
+		for {
+			recs, err := tl.ReadTenant(ctx(t), tenant, after, 3)
+			if err != nil {
+				t.Fatalf("ReadTenant(%s, %v): %v", tenant, after, err)
+			}
+			if len(recs) > 3 {
+				t.Fatalf("ReadTenant(%s) gave %d events, limit 3", tenant, len(recs))
+			}
+			if len(recs) == 0 {
+				break
+			}
+			got = append(got, recs...)
+			after = recs[len(recs)-1].Position
+			if len(got) > len(want) {
+				break
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("tenant %s: %d events read, the log holds %d", tenant, len(got), len(want))
+		}
+		for i := range want {
+			if got[i].ID != want[i].ID || got[i].Position != want[i].Position || got[i].Tenant != tenant {
+				t.Fatalf("tenant %s, event %d: %s at %v, want %s at %v", tenant, i, got[i].ID, got[i].Position, want[i].ID, want[i].Position)
+			}
+		}
+		// After an event of the middle of the tenant's history: the rest.
+		if len(want) > 2 {
+			recs, err := tl.ReadTenant(ctx(t), tenant, want[1].Position, 100)
+			if err != nil || len(recs) != len(want)-2 || recs[0].ID != want[2].ID {
+				t.Fatalf("tenant %s after its second event: %d events, err %v; want %d from %s", tenant, len(recs), err, len(want)-2, want[2].ID)
+			}
+		}
 	}
 }
