@@ -182,6 +182,10 @@ func wireProjector(a *app) error {
 	if err != nil {
 		return err
 	}
+	gather, err := a.env.duration("STRATA_PROJECTION_GATHER", 5*time.Millisecond)
+	if err != nil {
+		return err
+	}
 	rs := readSideOf(a)
 	wake := a.projectionWake()
 	var runners []*projections.Runner
@@ -193,6 +197,7 @@ func wireProjector(a *app) error {
 			LogEnd:       a.logEnd(),
 			BatchSize:    batch,
 			PollInterval: poll,
+			Gather:       gather,
 			Wake:         wake.C,
 			Progress:     rs.progress,
 			Shared:       shared,

@@ -98,8 +98,14 @@ type pmPhase struct {
 // pmPhases cycle during the load. Two are "down" (every call 503) for
 // longer than the payment timeout, so that deadlines fire with captures
 // outstanding (and race the captures when the provider returns).
+//
+// The orders in declined are declined in every phase (once a capture of
+// theirs gets through the phase's other faults), so that every run sees
+// payment_declined cancellations whatever the phase their payment falls
+// in: a seed whose declined orders all paid outside the two declining
+// phases saw none (the PM1 check of the four cancel reasons failed).
 func pmPhases(cfg PM1Config, declined []string) []pmPhase {
-	return []pmPhase{
+	phases := []pmPhase{
 		{"slow (300 ms) and some 5xx", paysim.Faults{Delay: 300 * time.Millisecond, FailRate: 0.1}, 1.0},
 		{"5xx a third of the time", paysim.Faults{FailRate: 0.35}, 1.0},
 		{"held past the client's timeout", paysim.Faults{TimeoutRate: 0.25, Hold: 3 * cfg.HTTPTimeout}, 1.0},
@@ -111,6 +117,10 @@ func pmPhases(cfg PM1Config, declined []string) []pmPhase {
 			DropRate: 0.2, DeclineRate: 0.1, DeclineOrders: declined}, 1.0},
 		{"down (every call 503)", paysim.Faults{FailRate: 1}, 1.5},
 	}
+	for i := range phases {
+		phases[i].faults.DeclineOrders = declined
+	}
+	return phases
 }
 
 func (e *env) runPM1(ctx context.Context, r *Result) error {
