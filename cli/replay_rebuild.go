@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"strings"
 
@@ -72,7 +73,14 @@ func replayRebuild(ctx context.Context, args []string, e env, stdout, stderr io.
 	}
 	// A rebuild allocates briskly and lives briefly: collecting garbage
 	// less often saves a fifth of strata's CPU for a few hundred MB more.
+	// A fold holds up to replay.DefaultFoldRows rows per projection in
+	// memory, though, and five times that live heap is too much: past a
+	// soft limit of 2 GiB (unless GOMEMLIMIT says otherwise) the collector
+	// works harder instead.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	if os.Getenv("GOMEMLIMIT") == "" {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(2 << 30))
+	}
 	bar := newProgressBar(stderr)
 	o.Progress = bar.update
 	res, err := re.svc.Rebuild(ctx, o)

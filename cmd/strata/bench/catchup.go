@@ -301,6 +301,7 @@ func benchRebuild(ctx context.Context, e *Env) ([]Result, error) {
 		return nil, err
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(400)) // as `strata replay rebuild` does
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(2 << 30))
 	var strataRuns, rawRuns, floorRuns []Run
 	var floorRows int64
 	for i := 0; i < e.cfg.Runs; i++ {
