@@ -17,6 +17,15 @@ type item struct {
 	err error
 }
 
+// payload returns the decoded payload of recs[i]: the shared batch's,
+// when the batch was read through SharedReads, or decoded now.
+func (r *Runner) payload(i int, rec event.Record, decoded *sharedBatch) (event.Payload, error) {
+	if decoded != nil {
+		return decoded.payloads[i], decoded.errs[i]
+	}
+	return r.cfg.Registry.DecodeRecord(rec)
+}
+
 // prepare decodes the events the projection handles and groups them by
 // tenant, each tenant's events keeping their log order, so that set_config
 // is sent once per tenant rather than once per event of interleaved
@@ -30,13 +39,7 @@ func (r *Runner) prepare(recs []event.Record, decoded *sharedBatch) ([]item, err
 		if !r.handles[rec.Type] || r.cfg.Filter != nil && !r.cfg.Filter(rec) {
 			continue
 		}
-		var payload event.Payload
-		var err error
-		if decoded != nil {
-			payload, err = decoded.payloads[i], decoded.errs[i]
-		} else {
-			payload, err = r.cfg.Registry.DecodeRecord(rec)
-		}
+		payload, err := r.payload(i, rec, decoded)
 		if err != nil {
 			if !r.cfg.DeadLetters || errors.Is(err, event.ErrUnknownType) {
 				// A type the registry lacks is the process's fault, not

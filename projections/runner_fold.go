@@ -104,13 +104,7 @@ func (r *Runner) FoldOn(ctx context.Context, x *Exclusive, until event.Position,
 			if !r.handles[rec.Type] {
 				continue
 			}
-			var payload event.Payload
-			var err error
-			if decoded != nil {
-				payload, err = decoded.payloads[i], decoded.errs[i]
-			} else {
-				payload, err = r.cfg.Registry.DecodeRecord(rec)
-			}
+			payload, err := r.payload(i, rec, decoded)
 			switch {
 			case errors.Is(err, event.ErrUnknownType):
 				return Folded{}, r.eventError(i, rec, err) // the process's fault, as in prepare
