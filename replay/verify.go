@@ -135,6 +135,12 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 	tracks := map[key]*track{}
 	var until event.Position
 	var order []key
+	type verified struct {
+		name  string
+		cp    projections.Checkpoint
+		since event.Position
+	}
+	var checked []verified
 	for _, n := range names {
 		cp, ok := cps[n]
 		if !ok || cp.Position.IsZero() {
@@ -144,29 +150,37 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 		if err != nil {
 			return nil, err
 		}
-		for _, t := range tenants {
-			rows, marks, err := s.readLedger(ctx, cp.Generation, t)
-			if err != nil {
-				return nil, err
-			}
-			k := key{n, t}
-			tr := &track{cp: cp.Position, since: since, marks: marks, verdict: &Verdict{Projection: n, Tenant: t, Checkpoint: cp.Position.String()}}
-			if rows != nil {
-				tr.ledger = rows.Ledger
-			}
-			if !since.IsZero() {
-				tr.verdict.Since = since.String()
-			}
-			tracks[k] = tr
-			order = append(order, k)
-		}
+		checked = append(checked, verified{n, cp, since})
 		if until.Less(cp.Position) {
 			until = cp.Position
 		}
 	}
 	want := map[string]bool{}
-	for _, t := range tenants {
+	// addTenant reads a tenant's ledger rows and marks of every checkpoint.
+	addTenant := func(t string) error {
 		want[t] = true
+		for _, c := range checked {
+			rows, marks, err := s.readLedger(ctx, c.cp.Generation, t)
+			if err != nil {
+				return err
+			}
+			k := key{c.name, t}
+			tr := &track{cp: c.cp.Position, since: c.since, marks: marks, verdict: &Verdict{Projection: c.name, Tenant: t, Checkpoint: c.cp.Position.String()}}
+			if rows != nil {
+				tr.ledger = rows.Ledger
+			}
+			if !c.since.IsZero() {
+				tr.verdict.Since = c.since.String()
+			}
+			tracks[k] = tr
+			order = append(order, k)
+		}
+		return nil
+	}
+	for _, t := range tenants {
+		if err := addTenant(t); err != nil {
+			return nil, err
+		}
 	}
 
 	// One pass over the log up to the furthest checkpoint: for one tenant,
@@ -191,7 +205,15 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 				break
 			}
 			if !want[rec.Tenant] {
-				continue
+				// Every tenant: one the list above lacks (the log is not
+				// in PostgreSQL, whose events table listed them) is
+				// verified from its first event met here.
+				if o.Tenant != "" {
+					continue
+				}
+				if err := addTenant(rec.Tenant); err != nil {
+					return nil, err
+				}
 			}
 			for _, n := range names {
 				tr := tracks[key{n, rec.Tenant}]
