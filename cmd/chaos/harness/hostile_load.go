@@ -229,15 +229,21 @@ type horizonHold struct {
 
 // horizonWatch samples pg_stat_activity every 20 ms for transactions
 // holding an xid longer than a threshold: while one is open no consumer
-// reads past it, and a read with a consistency token waits.
+// reads past it, and a read with a consistency token waits. A hold is
+// timed from the first sample that saw the xid, not from the transaction's
+// start: a transaction takes its xid at its first write, and one that read
+// or waited for long before (the relay publishing to a slow broker before
+// it moves its checkpoint) held no xid meanwhile. A hold is thus known to
+// within a sample.
 type horizonWatch struct {
 	stopc chan struct{}
 	done  chan struct{}
-	holds map[string]horizonHold
+	holds map[string]horizonHold // held longer than the threshold
+	seen  map[string]horizonHold // every xid sampled
 }
 
 func startHorizonWatch(ctx context.Context, url string, threshold time.Duration) *horizonWatch {
-	w := &horizonWatch{stopc: make(chan struct{}), done: make(chan struct{}), holds: map[string]horizonHold{}}
+	w := &horizonWatch{stopc: make(chan struct{}), done: make(chan struct{}), holds: map[string]horizonHold{}, seen: map[string]horizonHold{}}
 	go func() {
 		defer close(w.done)
 		conn, err := connectAdmin(ctx, url)
@@ -254,28 +260,35 @@ func startHorizonWatch(ctx context.Context, url string, threshold time.Duration)
 			case <-time.After(20 * time.Millisecond):
 			}
 			rows, err := conn.Query(ctx, `SELECT pid::text || ' ' || backend_xid::text, coalesce(application_name, ''), coalesce(usename::text, ''),
-       left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), 120), extract(epoch FROM now() - xact_start)
-FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND now() - xact_start > $1::interval`, threshold.String())
+       left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), 120)
+FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()`)
 			if err != nil {
 				continue
 			}
+			now := time.Now()
+			current := map[string]bool{}
 			for rows.Next() {
 				var key, app, user, query string
-				var secs float64
-				if rows.Scan(&key, &app, &user, &query, &secs) != nil {
+				if rows.Scan(&key, &app, &user, &query) != nil {
 					continue
 				}
-				held := time.Duration(secs * float64(time.Second))
-				h, ok := w.holds[key]
+				h, ok := w.seen[key]
 				if !ok {
-					h.seen = time.Now()
+					h.seen = now
 				}
-				if held > h.held {
-					h.what, h.held = fmt.Sprintf("%s %s: %s", user, app, query), held
+				h.what, h.held = fmt.Sprintf("%s %s: %s", user, app, query), now.Sub(h.seen)
+				w.seen[key] = h
+				current[key] = true
+				if h.held > threshold {
+					w.holds[key] = h
 				}
-				w.holds[key] = h
 			}
 			rows.Close()
+			for key := range w.seen {
+				if !current[key] { // committed or rolled back: its xid is gone
+					delete(w.seen, key)
+				}
+			}
 		}
 	}()
 	return w
