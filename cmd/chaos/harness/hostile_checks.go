@@ -243,14 +243,17 @@ func hsConsumerNames(cps []hsCheckpoint) []string {
 func (e *env) hostileOthers(ctx context.Context, r *Result, cfg HostileConfig, admin *pgx.Conn, load *hsLoad, reqs []hsRequest,
 	others []string, baseFrom, hostileFrom, hostileTo time.Time) error {
 	var base, during []time.Duration
+	baseBy, duringBy := map[string][]time.Duration{}, map[string][]time.Duration{} // by kind of request
 	bad, fivexx, transport, staleReads, reads := 0, 0, 0, 0, 0
 	var examples []string
 	for _, q := range reqs {
 		switch {
 		case !q.start.Before(baseFrom) && q.start.Before(hostileFrom):
 			base = append(base, q.took)
+			baseBy[q.kind] = append(baseBy[q.kind], q.took)
 		case !q.start.Before(hostileFrom) && q.start.Before(hostileTo):
 			during = append(during, q.took)
+			duringBy[q.kind] = append(duringBy[q.kind], q.took)
 		}
 		switch {
 		case q.status == 0:
@@ -282,6 +285,17 @@ func (e *env) hostileOthers(ctx context.Context, r *Result, cfg HostileConfig, a
 		fmt.Sprintf("%.2fx (%s over %d requests; baseline %s over %d)", ratio, ms(p99d), len(during), ms(p99b), len(base)),
 		len(base) > 0 && len(during) > 0 && ratio <= cfg.MaxP99Ratio)
 	r.note("other tenants: hostile phase p50 %s, p99 %s, max %s; baseline p99 %s, max %s", ms(p50d), ms(p99d), ms(maxd), ms(p99b), ms(maxb))
+	// Which requests are slow: where to look when the ratio fails.
+	var kinds []string
+	for k := range duringBy {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		_, kb, _ := percentiles(baseBy[k])
+		_, kd, kmax := percentiles(duringBy[k])
+		r.note("other tenants: %s requests, p99 %s (max %s) over %d in the hostile phase, %s over %d in the baseline", k, ms(kd), ms(kmax), len(duringBy[k]), ms(kb), len(baseBy[k]))
+	}
 	r.zero(fmt.Sprintf("other tenants: 5xx responses, 503 included (of %d requests)", len(reqs)), fivexx)
 	r.zero("other tenants: responses other than 2xx, or none", bad)
 	for _, x := range examples {
