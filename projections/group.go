@@ -58,6 +58,7 @@ type Group struct {
 	inCatchUp   bool
 	runCtx      context.Context // Run's: members running alone live as long as it
 	alone       sync.WaitGroup
+	retryTurn   int // the member whose parked streams are retried first next time
 
 	mu    sync.Mutex
 	stats GroupStats
@@ -216,10 +217,8 @@ func (g *Group) lead(ctx context.Context, conn *pgx.Conn) error {
 		if err != nil {
 			return err
 		}
-		for _, m := range g.grouped() {
-			if err := m.r.retryDue(ctx, conn); err != nil {
-				return err
-			}
+		if err := g.retryDue(ctx, conn, n); err != nil {
+			return err
 		}
 		timeout := pace.next(n, g.catchingUp, &g.cfg)
 		if g.catchingUp {
@@ -688,10 +687,8 @@ func (g *Group) CatchUp(ctx context.Context, until event.Position) error {
 		if g.strict != nil {
 			return g.strict
 		}
-		for _, m := range g.grouped() {
-			if err := m.r.retryDue(ctx, conn); err != nil {
-				return err
-			}
+		if err := g.retryDue(ctx, conn, n); err != nil {
+			return err
 		}
 		if n > 0 {
 			repoll = g.cfg.MinRepoll
@@ -705,4 +702,25 @@ func (g *Group) CatchUp(ctx context.Context, until event.Position) error {
 		}
 		repoll = min(2*repoll, 100*time.Millisecond)
 	}
+}
+
+// retryDue retries the members' parked streams that are due after a step
+// that applied n events: while the head moves one stream in all, taking
+// the members in turn (the retries run on the group's session, ahead of
+// every tenant's next events); every one due otherwise.
+func (g *Group) retryDue(ctx context.Context, conn *pgx.Conn, n int) error {
+	members := g.grouped()
+	limit := retryLimit(n)
+	for i := range members {
+		m := members[(g.retryTurn+i)%len(members)]
+		tried, err := m.r.retryDue(ctx, conn, limit)
+		if err != nil {
+			return err
+		}
+		if limit > 0 && tried > 0 {
+			g.retryTurn = (g.retryTurn + i + 1) % len(members)
+			return nil
+		}
+	}
+	return nil
 }

@@ -282,7 +282,7 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 			r.setState(StateRunning)
 			r.logger.Info("projection runner recovered", "checkpoint", r.checkpoint.Token())
 		}
-		if err := r.retryDue(ctx, conn); err != nil {
+		if _, err := r.retryDue(ctx, conn, retryLimit(n)); err != nil {
 			return err
 		}
 		if r.leaveCaughtUp && !r.catchingUp {
@@ -457,7 +457,7 @@ func (r *Runner) catchUp(ctx context.Context, conn *pgx.Conn, until event.Positi
 		if err != nil {
 			return err
 		}
-		if err := r.retryDue(ctx, conn); err != nil {
+		if _, err := r.retryDue(ctx, conn, retryLimit(n)); err != nil {
 			return err
 		}
 		if n > 0 {

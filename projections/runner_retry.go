@@ -54,19 +54,39 @@ func (r *Runner) nextRetry() (time.Duration, bool) {
 	return time.Until(next), !next.IsZero()
 }
 
+// retryLimit is how many parked streams to retry after a step that
+// applied n events: one while the head moves, every one due otherwise.
+func retryLimit(n int) int {
+	if n > 0 {
+		return 1
+	}
+	return 0
+}
+
 // retryDue retries the parked streams whose next attempt is due, each in
 // a transaction of its own on the lease session (so nothing else applies
-// the projection meanwhile). It returns an error only when the session is
-// gone.
-func (r *Runner) retryDue(ctx context.Context, conn *pgx.Conn) error {
+// the projection meanwhile), at most limit of them (0: every one due). It
+// returns how many it tried, and an error only when the session is gone.
+//
+// While the head moves, the loops retry one stream per batch: the retries
+// run on the session that applies the live events, and a tenant's poison
+// (streams parked in every projection, big events retried five times each)
+// kept every other tenant's events waiting behind them for more than half
+// a second (chaos HOSTILE, reads with a consistency token).
+func (r *Runner) retryDue(ctx context.Context, conn *pgx.Conn, limit int) (int, error) {
 	if len(r.retries) == 0 {
-		return nil
+		return 0, nil
 	}
 	now := time.Now()
+	tried := 0
 	for k, at := range r.retries {
 		if at.After(now) {
 			continue
 		}
+		if limit > 0 && tried == limit {
+			break
+		}
+		tried++
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FinishTimeout)
 		out, err := retryStream(sctx, conn, r.proj, r.cfg.Registry, r.key, r.generation, k.tenant, k.stream, "runner", &r.cfg.Failures)
 		cancel()
@@ -76,7 +96,7 @@ func (r *Runner) retryDue(ctx context.Context, conn *pgx.Conn) error {
 			delete(r.retries, k)
 		case err != nil:
 			if conn.IsClosed() || db.IsUnavailable(err) {
-				return err
+				return tried, err
 			}
 			r.retries[k] = now.Add(r.cfg.Failures.Delay(1))
 			log.Warn("retry of a parked stream failed without an attempt counted; trying again later", "error", err.Error())
@@ -99,5 +119,5 @@ func (r *Runner) retryDue(ctx context.Context, conn *pgx.Conn) error {
 			}
 		}
 	}
-	return nil
+	return tried, nil
 }

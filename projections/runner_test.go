@@ -439,3 +439,36 @@ func waitVisible(ctx context.Context, t testing.TB, store interface {
 		return err == nil && !h.Less(last)
 	})
 }
+
+// TestRetriesWaitWhileTheHeadMoves: after a batch that applied events a
+// runner retries one parked stream that is due, not all of them: the
+// retries run on the session that applies every tenant's next events.
+// Once nothing is applied, every due retry runs.
+func TestRetriesWaitWhileTheHeadMoves(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, time.Minute)
+	d := testdb.New(t, orderview.Migrations)
+	store := postgres.New(d.App, d.Projector)
+	r, err := projections.NewRunner(orderview.NewOrderList(orderview.OrderListTables{}), store, d.Projector,
+		projections.RunnerConfig{Registry: order.Registry, DeadLetters: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := projections.AcquireExclusive(ctx, d.Projector, r.Name(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	if err := r.CatchUpOn(ctx, x, event.Position{}); err != nil { // loads the checkpoint: an empty log
+		t.Fatal(err)
+	}
+	for _, s := range []string{"order-a", "order-b", "order-c"} {
+		r.ScheduleRetry("acme", s, time.Now().Add(-time.Second)) // due, and parked no more: each retry ends it
+	}
+	if tried, err := r.RetryDue(ctx, x.Conn(), 1); err != nil || tried != 1 || r.PendingRetries() != 2 {
+		t.Fatalf("while the head moves: tried %d, %d left, err %v; want 1 tried, 2 left", tried, r.PendingRetries(), err)
+	}
+	if tried, err := r.RetryDue(ctx, x.Conn(), 0); err != nil || tried != 2 || r.PendingRetries() != 0 {
+		t.Fatalf("idle: tried %d, %d left, err %v; want 2 tried, none left", tried, r.PendingRetries(), err)
+	}
+}
