@@ -296,6 +296,20 @@ func (e *env) hostileOthers(ctx context.Context, r *Result, cfg HostileConfig, a
 		_, kd, kmax := percentiles(duringBy[k])
 		r.note("other tenants: %s requests, p99 %s (max %s) over %d in the hostile phase, %s over %d in the baseline", k, ms(kd), ms(kmax), len(duringBy[k]), ms(kb), len(baseBy[k]))
 	}
+	// When the slowest requests of the phase began, against the hostile
+	// work's schedule (the notes above say when each part ran).
+	var slow []hsRequest
+	for _, q := range reqs {
+		if !q.start.Before(hostileFrom) && q.start.Before(hostileTo) {
+			slow = append(slow, q)
+		}
+	}
+	sort.Slice(slow, func(i, j int) bool { return slow[i].took > slow[j].took })
+	var at []string
+	for _, q := range slow[:min(8, len(slow))] {
+		at = append(at, fmt.Sprintf("%s %s at %s", q.kind, ms(q.took), q.start.Sub(hostileFrom).Round(10*time.Millisecond)))
+	}
+	r.note("other tenants: slowest requests of the hostile phase (and when they began in it): %s", strings.Join(at, ", "))
 	r.zero(fmt.Sprintf("other tenants: 5xx responses, 503 included (of %d requests)", len(reqs)), fivexx)
 	r.zero("other tenants: responses other than 2xx, or none", bad)
 	for _, x := range examples {
