@@ -314,9 +314,18 @@ func queueTenantRows(b *pgx.Batch, books []*LedgerBook, lbts []LedgerBatch, t st
 // queueMark queues a mark of l when its count passed a multiple of
 // LedgerMarkEvery since was.
 func (lb *LedgerBook) queueMark(b *pgx.Batch, l Ledger, was int64, t string) {
-	if l.Events/LedgerMarkEvery != was/LedgerMarkEvery {
-		b.Queue(insertLedgerMarkSQL, lb.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
+	if markDue(l, was) {
+		lb.queueMarkOf(b, l, t)
 	}
+}
+
+// markDue says whether a ledger that counted was events and now l.Events
+// has passed a multiple of LedgerMarkEvery.
+func markDue(l Ledger, was int64) bool { return l.Events/LedgerMarkEvery != was/LedgerMarkEvery }
+
+// queueMarkOf queues a mark of tenant t's figures l.
+func (lb *LedgerBook) queueMarkOf(b *pgx.Batch, l Ledger, t string) {
+	b.Queue(insertLedgerMarkSQL, lb.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
 }
 
 // Commit records a committed batch's counts in the book.

@@ -118,7 +118,7 @@ func (r *Runner) FoldOn(ctx context.Context, x *Exclusive, until event.Position,
 		}
 		lbt := r.ledger.Count(recs, func(i int) LedgerUse { return uses[i] })
 		for _, t := range lbt.tenants {
-			if l := lbt.rows[t]; l.Events/LedgerMarkEvery != lbt.was[t]/LedgerMarkEvery {
+			if l := lbt.rows[t]; markDue(l, lbt.was[t]) {
 				marks = append(marks, ledgerMark{t, l})
 			}
 		}
@@ -257,7 +257,7 @@ func (r *Runner) writeFold(ctx context.Context, conn *pgx.Conn, f Fold, pos even
 		b.Queue(db.SetTenantSQL, t)
 		r.ledger.queueRow(b, lbt, t)
 		for _, l := range byTenant[t] {
-			b.Queue(insertLedgerMarkSQL, r.generation, t, l.Events, l.Hash[:], u64(l.Last.Major), u64(l.Last.Minor))
+			r.ledger.queueMarkOf(b, l, t)
 		}
 	}
 	GuardCallbacks(b)

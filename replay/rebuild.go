@@ -310,11 +310,7 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 	// Fold, when the projection folds and the shadow is fresh: its rows
 	// up to the head (or the memory bound) written once.
 	if meta.Fold {
-		head, err := s.cfg.Log.Head(ctx)
-		if err != nil {
-			return res, err
-		}
-		folded, err := runner.FoldOn(ctx, shadowX, head, s.foldRows())
+		folded, err := runner.FoldOn(ctx, shadowX, event.Position{}, s.foldRows()) // up to the head
 		if err != nil {
 			return res, err
 		}
@@ -552,7 +548,7 @@ func (s *Service) prepareShadow(ctx context.Context, p projections.Projection, t
 			if err != nil {
 				return err
 			}
-			if tenant == "" || fold {
+			if tenant == "" {
 				m.DeferredIndexes = append(m.DeferredIndexes, deferred...)
 			} // a tenant's shadow is only copied from: no index needed
 			m.Tables[t] = shadow

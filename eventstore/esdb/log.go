@@ -47,8 +47,8 @@ type item struct {
 type cursor struct {
 	prefix string // the server-side filter: the namespace's, or one tenant's
 	items  chan item
-	done  chan struct{} // closed when the pump has stopped
-	stop  context.CancelFunc
+	done   chan struct{} // closed when the pump has stopped
+	stop   context.CancelFunc
 
 	last    event.Position // the last event returned, or where the cursor started
 	scanned event.Position // >= last; no namespace event lies in (last, scanned]
