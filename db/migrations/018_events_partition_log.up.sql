@@ -1,0 +1,20 @@
+-- The log by partition (issue 35 §5, partitioned projections): a projection
+-- split into partitions has each partition read only its own streams'
+-- events, in log order, under the same horizon as the global log's readers,
+-- so that N partitions do not each read the whole log.
+--
+-- stream_bucket maps a stream onto one of 16 buckets: the first byte of
+-- md5(tenant || '/' || stream), low four bits (eventstore.BucketOf computes
+-- the same in Go). A partition p of n (n a power of two up to 16) holds the
+-- buckets b with b % n = p, so a stream stays in one partition and a split
+-- from n to 2n divides each partition in two.
+CREATE FUNCTION stream_bucket(tenant text, stream text) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN get_byte(decode(md5(tenant || '/' || stream), 'hex'), 0) & 15;
+
+CREATE INDEX events_partition_log ON events (stream_bucket(tenant_id, stream_id), tx_id, position);
+
+-- A partition's checkpoint row (<projection>__part_<p>_of_<n>) says which
+-- projection and partition it is and, when it was split off an earlier
+-- layout's row, that row and the position it started from.
+ALTER TABLE projection_checkpoints ADD COLUMN partition jsonb;

@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
+	"github.com/strata-es/strata/eventstore/storetest"
+	"github.com/strata-es/strata/internal/testdb"
+)
+
+// TestReadPartitionIsTheLogSplitByStream: the partitions of every layout
+// (2, 4, 16) together return each event of the log exactly once, each in
+// the log's order, each stream wholly in the partition eventstore.BucketOf
+// names (the SQL and the Go hash agree); an open append holds a partition
+// read at the same horizon as ReadAll.
+func TestReadPartitionIsTheLogSplitByStream(t *testing.T) {
+	d := testdb.NewPrivate(t, nil).DB // the held transaction pauses every reader of its cluster
+	s := New(d.App, d.Projector)
+	ctx := context.Background()
+	appendOne := func(tenant, stream string) {
+		t.Helper()
+		_, err := s.Append(ctx, eventstore.AppendRequest{Tenant: tenant, Stream: stream, Expected: eventstore.Any,
+			Events: []eventstore.NewEvent{{ID: storetest.NewID(), Type: "x.y", SchemaVersion: 1, Data: []byte(`{}`)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		appendOne([]string{"t-a", "t-b", "t-c"}[i%3], fmt.Sprintf("order-%d", i%37))
+	}
+	all, err := s.ReadAll(ctx, event.Position{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readPartition := func(p eventstore.Partition, page int) []event.Record {
+		t.Helper()
+		var out []event.Record
+		var after event.Position
+		for {
+			recs, err := s.ReadPartition(ctx, p, after, page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) == 0 {
+				return out
+			}
+			out = append(out, recs...)
+			after = recs[len(recs)-1].Position
+		}
+	}
+	buckets := map[int]bool{}
+	for _, count := range []int{2, 4, 16} {
+		for index := range count {
+			p := eventstore.Partition{Index: index, Count: count}
+			var want []string
+			for _, r := range all {
+				if p.Holds(r.Tenant, r.Stream) {
+					want = append(want, r.ID)
+					buckets[eventstore.BucketOf(r.Tenant, r.Stream)] = true
+				}
+			}
+			got := readPartition(p, 7)
+			if len(got) != len(want) {
+				t.Fatalf("partition %s returned %d events, the log holds %d of its streams", p, len(got), len(want))
+			}
+			for i, r := range got {
+				if r.ID != want[i] {
+					t.Fatalf("partition %s, event %d: %s, want %s (the log's order)", p, i, r.ID, want[i])
+				}
+			}
+			var sqlBucket int
+			for _, r := range got {
+				if err := d.Projector.QueryRow(ctx, `SELECT stream_bucket($1, $2)`, r.Tenant, r.Stream).Scan(&sqlBucket); err != nil {
+					t.Fatal(err)
+				}
+				if sqlBucket != eventstore.BucketOf(r.Tenant, r.Stream) {
+					t.Fatalf("stream %s/%s: bucket %d in SQL, %d in Go", r.Tenant, r.Stream, sqlBucket, eventstore.BucketOf(r.Tenant, r.Stream))
+				}
+			}
+		}
+	}
+	if len(buckets) < 12 {
+		t.Fatalf("111 streams fell into %d of 16 buckets: the hash does not spread them", len(buckets))
+	}
+	if _, err := s.ReadPartition(ctx, eventstore.Partition{Index: 0, Count: 3}, event.Position{}, 10); err == nil {
+		t.Fatal("a layout of 3 partitions was accepted")
+	}
+
+	p := eventstore.Partition{Index: 1, Count: 2}
+	before := len(readPartition(p, 50))
+	commit, _ := holdAppend(t, d, "t-c", "held")
+	stream := ""
+	for i := 0; stream == ""; i++ {
+		if s := fmt.Sprintf("late-%d", i); p.Holds("t-b", s) {
+			stream = s
+		}
+	}
+	appendOne("t-b", stream) // commits after the held transaction began
+	if n := len(readPartition(p, 50)); n != before {
+		t.Fatalf("with an older transaction open, partition %s shows %d events, want the %d before it", p, n, before)
+	}
+	commit()
+	if n := len(readPartition(p, 50)); n < before+1 {
+		t.Fatalf("after the held transaction committed, partition %s shows %d events, want at least %d", p, n, before+1)
+	}
+}
