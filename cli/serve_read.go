@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/httpapi"
 
 	"github.com/strata-es/strata/projections"
@@ -128,6 +130,9 @@ func newAheadGuard(a *app) *aheadGuard {
 			// Found by a runner (and kept), or not yet: a query process
 			// started on a restored database refuses from its first look.
 			if cp.Status == projections.StateAheadOfLog || head.Less(cp.Position) {
+				if cp.Partition != nil {
+					name = cp.Partition.Projection // a partition's refuses its projection
+				}
 				m[name] = cp.LastError
 			}
 		}
@@ -178,7 +183,7 @@ func wireProjector(a *app) error {
 	if err != nil {
 		return err
 	}
-	grouped, err := a.env.boolean("STRATA_PROJECTION_GROUP", true)
+	group, err := a.env.boolean("STRATA_PROJECTION_GROUP", true)
 	if err != nil {
 		return err
 	}
@@ -186,13 +191,55 @@ func wireProjector(a *app) error {
 	if err != nil {
 		return err
 	}
+	partitions, err := projectionPartitions(a.env, a.mods.Projections())
+	if err != nil {
+		return err
+	}
 	rs := readSideOf(a)
 	wake := a.projectionWake()
-	var runners []*projections.Runner
+	var runners, grouped []*projections.Runner
 	// Runners catching up together (a fresh install, a restart far behind)
 	// read and decode each batch once between them.
 	shared := projections.NewSharedReads(a.log, a.registry, 0)
+	var share *projections.Share
+	if len(partitions) > 0 {
+		share = projections.NewShare(a.projPool, a.logger)
+		a.workers = append(a.workers, worker{name: "partition share", run: share.Run})
+	}
 	for _, p := range a.mods.Projections() {
+		// A partitioned projection runs a runner per partition, each alone
+		// on a session of its own; the projector processes share them.
+		if n := partitions[p.Name()]; n > 0 {
+			for i := range n {
+				r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
+					Partition:    eventstore.Partition{Index: i, Count: n},
+					Share:        share,
+					LogEnd:       a.logEnd(),
+					BatchSize:    batch,
+					PollInterval: poll,
+					Gather:       gather,
+					Wake:         wake.C,
+					Progress:     rs.progress,
+					Registry:     a.registry,
+					Logger:       a.logger,
+					DeadLetters:  true,
+					Failures:     policy,
+					OnBatch: func(b projections.BatchInfo) {
+						a.metrics.ProjectionBatches.WithLabelValues(p.Name()).Inc()
+						a.metrics.ProjectionEvents.WithLabelValues(p.Name()).Add(float64(b.Events))
+					},
+				})
+				if err != nil {
+					return err
+				}
+				runners = append(runners, r)
+				rs.mu.Lock()
+				rs.runners[r.Name()] = r
+				rs.mu.Unlock()
+				a.workers = append(a.workers, worker{name: "projection " + r.Name(), run: r.Run})
+			}
+			continue
+		}
 		r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
 			LogEnd:       a.logEnd(),
 			BatchSize:    batch,
@@ -217,15 +264,17 @@ func wireProjector(a *app) error {
 		rs.mu.Lock()
 		rs.runners[p.Name()] = r
 		rs.mu.Unlock()
-		if !grouped {
+		if !group {
 			a.workers = append(a.workers, worker{name: "projection " + p.Name(), run: r.Run})
+		} else {
+			grouped = append(grouped, r)
 		}
 	}
-	if grouped && len(runners) > 0 {
+	if len(grouped) > 0 {
 		// One session, one read and one transaction per wake-up for every
 		// projection (issue 35 §2); a projection in error, paused by a
 		// tool or on standby runs alone until it can rejoin.
-		g, err := projections.NewGroup(runners)
+		g, err := projections.NewGroup(grouped)
 		if err != nil {
 			return err
 		}
@@ -280,4 +329,41 @@ func (e env) duration(name string, def time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("%s=%q: want a positive duration such as 1s or 250ms", name, v)
 	}
 	return d, nil
+}
+
+// projectionPartitions reads STRATA_PROJECTION_PARTITIONS: a comma-separated
+// list of projection=count (a power of two from 2 to 16), the projections
+// split into partitions that projector processes share (issue 35 §5).
+func projectionPartitions(e env, ps []projections.Projection) (map[string]int, error) {
+	const name = "STRATA_PROJECTION_PARTITIONS"
+	v := strings.TrimSpace(e.str(name, ""))
+	out := map[string]int{}
+	if v == "" {
+		return out, nil
+	}
+	known := map[string]projections.Projection{}
+	for _, p := range ps {
+		known[p.Name()] = p
+	}
+	for _, item := range strings.Split(v, ",") {
+		proj, count, ok := strings.Cut(strings.TrimSpace(item), "=")
+		n, err := strconv.Atoi(count)
+		p, isKnown := known[proj]
+		switch {
+		case !ok || err != nil:
+			return nil, fmt.Errorf("%s=%q: want projection=count, such as order_details=2", name, v)
+		case !isKnown:
+			return nil, fmt.Errorf("%s: no projection %q (the projections: %s)", name, proj, strings.Join(projections.Names(ps), ", "))
+		case out[proj] != 0:
+			return nil, fmt.Errorf("%s: %s is listed twice", name, proj)
+		}
+		if err := (eventstore.Partition{Count: n}).Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", name, proj, err)
+		}
+		if _, ok := p.(projections.Partitionable); !ok {
+			return nil, fmt.Errorf("%s: projection %s cannot be split into partitions: it does not declare itself Partitionable", name, proj)
+		}
+		out[proj] = n
+	}
+	return out, nil
 }

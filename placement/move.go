@@ -713,12 +713,14 @@ func (m *Mover) caughtUp(ctx context.Context, s Side, timeout time.Duration) err
 	deadline := time.Now().Add(timeout)
 	var woke time.Time
 	for {
-		cps, err := projections.ReadCheckpoints(ctx, s.App, names...)
+		cps, err := projections.ReadCheckpoints(ctx, s.App)
 		if err != nil {
 			return err
 		}
 		var behind []string
-		for _, name := range names {
+		// A partitioned projection has caught up once each partition has;
+		// the row it was split off stays where the split left it.
+		for _, name := range projections.LiveKeys(cps, names) {
 			cp, ok := cps[name]
 			if !ok || cp.Position.Less(head) {
 				behind = append(behind, name)

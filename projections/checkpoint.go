@@ -37,6 +37,9 @@ type Checkpoint struct {
 	// Consumer describes what a broker-fed consumer's row stands for (nil
 	// on the rows of projections, rebuilds and relays).
 	Consumer *ConsumerInfo
+	// Partition says which projection and partition a partition's row is
+	// (nil on every other row).
+	Partition *PartitionInfo
 }
 
 // Querier is what reading checkpoints needs (a pool, a connection or a
@@ -52,7 +55,7 @@ func ReadCheckpoints(ctx context.Context, q Querier, names ...string) (map[strin
 		names = []string{} // an empty array, not NULL
 	}
 	rows, err := q.Query(ctx, `SELECT projection, pos_major::text, pos_minor::text, status, coalesce(last_error, ''), error_at, updated_at,
-       generation::text, parked_streams, parked_letters, rebuild, consumer
+       generation::text, parked_streams, parked_letters, rebuild, consumer, partition
 FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = ANY($1::text[])`, names)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
@@ -64,7 +67,7 @@ FROM projection_checkpoints WHERE cardinality($1::text[]) = 0 OR projection = AN
 		var major, minor, status string
 		var errorAt *time.Time
 		if err := rows.Scan(&c.Projection, &major, &minor, &status, &c.LastError, &errorAt, &c.UpdatedAt,
-			&c.Generation, &c.ParkedStreams, &c.ParkedLetters, &c.Rebuild, &c.Consumer); err != nil {
+			&c.Generation, &c.ParkedStreams, &c.ParkedLetters, &c.Rebuild, &c.Consumer, &c.Partition); err != nil {
 			return nil, fmt.Errorf("read checkpoints: %w", err)
 		}
 		if c.Position, err = event.ParseColumns(major, minor); err != nil {
@@ -104,7 +107,7 @@ func loadCheckpoint(ctx context.Context, conn *pgx.Conn, name string) (checkpoin
 	}
 	var major, minor string
 	var status string
-	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status IN ('error', 'ahead_of_log') THEN status ELSE 'running' END, updated_at = now()
+	err := conn.QueryRow(ctx, `UPDATE projection_checkpoints SET status = CASE WHEN status IN ('error', 'ahead_of_log', 'split') THEN status ELSE 'running' END, updated_at = now()
 WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::text, parked_streams, status`, name).Scan(&major, &minor, &st.generation, &st.parkedStreams, &status)
 	st.status = State(status)
 	if err != nil {
@@ -121,7 +124,9 @@ WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::te
 // wrongly believes it holds the lease (a lease lost between reading and
 // committing) harmless: its UPDATE waits for the first runner's row lock,
 // then finds the position moved and changes nothing, and the runner rolls
-// back instead of applying the batch twice. It is queued first, so such a
+// back instead of applying the batch twice. A row split into partitions
+// (StateSplit) refuses every move the same way: the partitions started
+// where it stands. It is queued first, so such a
 // runner waits before doing its writes rather than after.
 //
 // It returns the parked-stream count and whether a tool has asked the
@@ -131,7 +136,7 @@ WHERE projection = $1 RETURNING pos_major::text, pos_minor::text, generation::te
 const advanceSQL = `UPDATE projection_checkpoints
 SET pos_major = $2::text::numeric, pos_minor = $3::text::numeric, status = 'running', last_error = NULL, error_at = NULL, updated_at = now(),
     parked_streams = parked_streams + $6::bigint, parked_letters = parked_letters + $7::bigint
-WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric
+WHERE projection = $1 AND pos_major = $4::text::numeric AND pos_minor = $5::text::numeric AND status <> 'split'
 RETURNING parked_streams, NOT pg_try_advisory_xact_lock_shared($8::int, $9::int)`
 
 // errCheckpointMoved: the checkpoint is not where this runner left it.
@@ -146,7 +151,7 @@ func RecordCheckpointError(ctx context.Context, conn *pgx.Conn, name string, cau
 		msg = strings.ToValidUTF8(msg[:2000], "")
 	}
 	_, err := conn.Exec(ctx, `UPDATE projection_checkpoints SET status = 'error', last_error = $2, error_at = now(), updated_at = now()
-WHERE projection = $1`, name, msg)
+WHERE projection = $1 AND status <> 'split'`, name, msg)
 	return err
 }
 

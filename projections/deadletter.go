@@ -391,7 +391,7 @@ func retryStream(ctx context.Context, conn *pgx.Conn, p Projection, reg *event.R
 	var letters []DeadLetter
 	b.Queue(`SELECT `+letterColumns+` FROM `+letterFrom+`
 WHERE d.tenant_id = $1 AND d.projection = $2 AND d.generation = $3::uuid AND d.stream_id = $4 AND d.status = 'parked'
-ORDER BY d.version`, tenant, p.Name(), generation, stream).Query(func(rows pgx.Rows) error {
+ORDER BY d.version`, tenant, letterName(p.Name(), key), generation, stream).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			l, err := scanLetter(rows)
 			if err != nil {
@@ -403,7 +403,7 @@ ORDER BY d.version`, tenant, p.Name(), generation, stream).Query(func(rows pgx.R
 	})
 	parked := false
 	b.Queue(`SELECT true FROM parked_streams WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND stream_id = $4`,
-		tenant, p.Name(), generation, stream).Query(func(rows pgx.Rows) error {
+		tenant, letterName(p.Name(), key), generation, stream).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			parked = true
 		}
@@ -477,7 +477,7 @@ WHERE tenant_id = $1 AND id = ANY($2::bigint[]) AND status = 'parked'`, tenant, 
 	streams := int64(0)
 	if fail == nil {
 		queue(`DELETE FROM parked_streams WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND stream_id = $4`,
-			tenant, p.Name(), generation, stream)
+			tenant, letterName(p.Name(), key), generation, stream)
 		streams = 1
 	} else {
 		failed = letters[fail.at]
@@ -496,7 +496,7 @@ WHERE tenant_id = $1 AND id = ANY($2::bigint[]) AND status = 'parked'`, tenant, 
 		queue(`UPDATE dead_letters SET attempts = attempts + 1, error = $3, last_failed_at = now(), first_failed_at = coalesce(first_failed_at, now())
 WHERE tenant_id = $1 AND id = $2`, tenant, failed.ID, failed.Error)
 		queue(`UPDATE parked_streams SET head_version = $5, next_attempt_at = $6
-WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND stream_id = $4`, tenant, p.Name(), generation, stream, failed.Event.Version, next)
+WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND stream_id = $4`, tenant, letterName(p.Name(), key), generation, stream, failed.Event.Version, next)
 	}
 	var counter int64
 	queue(`UPDATE projection_checkpoints SET parked_streams = parked_streams - $2, parked_letters = parked_letters - $3, updated_at = now()
@@ -525,6 +525,19 @@ WHERE projection = $1 RETURNING parked_streams`, key, streams, int64(len(ids))).
 		}
 	}
 	return nil
+}
+
+// letterName is the projection column of the dead letters and parked
+// streams of a runner of projection name under checkpoint key: the key of
+// a partition (each partition parks its streams under its own generation
+// and key, which the tools' joins with projection_checkpoints follow), the
+// projection's name otherwise (a rebuild's letters move to the live row
+// with its generation at the swap).
+func letterName(name, key string) string {
+	if strings.HasPrefix(key, name+"__part_") {
+		return key
+	}
+	return name
 }
 
 // generationOf returns the generation of a checkpoint row, creating the

@@ -105,8 +105,8 @@ func NewGroup(runners []*Runner) (*Group, error) {
 		switch {
 		case keys[r.key]:
 			return nil, fmt.Errorf("projection group: %s is in it twice", r.key)
-		case r.cfg.Tenant != "" || r.cfg.Filter != nil:
-			return nil, fmt.Errorf("projection group: %s applies part of the log only (Tenant or Filter)", r.key)
+		case r.cfg.Tenant != "" || r.cfg.Filter != nil || !r.cfg.Partition.IsZero():
+			return nil, fmt.Errorf("projection group: %s applies part of the log only (Tenant, Filter or Partition)", r.key)
 		case r.log != first.log || r.pool != first.pool || r.cfg.Registry != first.cfg.Registry || r.cfg.Shared != first.cfg.Shared:
 			return nil, fmt.Errorf("projection group: %s reads another log, registry, pool or shared reads than %s", r.key, first.key)
 		}

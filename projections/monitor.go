@@ -94,14 +94,15 @@ func (m *Monitor) Tenant(ctx context.Context, tenant string) ([]ProjectionStatus
 		oldest time.Time
 	}
 	lags := map[string]lag{}
+	cps, err := ReadCheckpoints(ctx, m.cfg.App)
+	if err != nil {
+		return nil, err
+	}
+	names := m.expand(cps)
 	// The tenant's setting and the count in one round trip: a pipeline
 	// runs as one implicit transaction, so set_config stays local to it.
 	if m.cfg.ExternalLog {
-		for _, name := range m.cfg.Names {
-			cps, err := ReadCheckpoints(ctx, m.cfg.App, name)
-			if err != nil {
-				return nil, err
-			}
+		for _, name := range names {
 			n, oldest, err := m.cfg.Log.Lag(ctx, cps[name].Position)
 			if err != nil {
 				return nil, err
@@ -112,7 +113,7 @@ func (m *Monitor) Tenant(ctx context.Context, tenant string) ([]ProjectionStatus
 	b := &pgx.Batch{}
 	b.Queue(db.SetTenantSQL, tenant)
 	if !m.cfg.ExternalLog {
-		b.Queue(tenantLagSQL, m.names()).Query(func(rows pgx.Rows) error {
+		b.Queue(tenantLagSQL, names).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var name string
 				var l lag
@@ -131,16 +132,12 @@ func (m *Monitor) Tenant(ctx context.Context, tenant string) ([]ProjectionStatus
 	if err := m.cfg.App.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("tenant lag: %w", err)
 	}
-	cps, err := ReadCheckpoints(ctx, m.cfg.App, m.cfg.Names...)
-	if err != nil {
-		return nil, err
-	}
 	leases, paused, err := heldLeases(ctx, m.cfg.App)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ProjectionStatus, 0, len(m.cfg.Names))
-	for _, name := range m.cfg.Names {
+	out := make([]ProjectionStatus, 0, len(names))
+	for _, name := range names {
 		st := m.status(name, cps, leases, paused, head)
 		if l := lags[name]; l.n > 0 {
 			st.LagEvents = l.n
@@ -157,7 +154,7 @@ func (m *Monitor) All(ctx context.Context) ([]ProjectionStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	cps, err := ReadCheckpoints(ctx, m.cfg.App, m.cfg.Names...)
+	cps, err := ReadCheckpoints(ctx, m.cfg.App)
 	if err != nil {
 		return nil, err
 	}
@@ -165,8 +162,9 @@ func (m *Monitor) All(ctx context.Context) ([]ProjectionStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ProjectionStatus, 0, len(m.cfg.Names))
-	for _, name := range m.cfg.Names {
+	names := m.expand(cps)
+	out := make([]ProjectionStatus, 0, len(names))
+	for _, name := range names {
 		st := m.status(name, cps, leases, paused, head)
 		n, oldest, err := m.cfg.Log.Lag(ctx, st.Checkpoint)
 		if err != nil {
@@ -180,12 +178,12 @@ func (m *Monitor) All(ctx context.Context) ([]ProjectionStatus, error) {
 	return out, nil
 }
 
-func (m *Monitor) names() []string {
-	if m.cfg.Names == nil {
-		return []string{}
-	}
-	return m.cfg.Names
-}
+// expand returns the configured names with each partitioned projection
+// replaced by its partitions (LiveKeys): a partition is reported as a
+// projection of its own, its lag counted from its checkpoint (every event
+// after it, the other partitions' included, so an upper bound while it is
+// behind; an idle partition moves its checkpoint to the head).
+func (m *Monitor) expand(cps map[string]Checkpoint) []string { return LiveKeys(cps, m.cfg.Names) }
 
 func (m *Monitor) age(t time.Time) float64 {
 	if t.IsZero() {

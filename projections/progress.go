@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -59,7 +60,7 @@ func NewConsistency(q Querier, progress *Progress) *Consistency {
 
 // WaitFor returns nil once every named projection's checkpoint is at or
 // after pos, i.e. each has applied the event at pos and everything before
-// it. It returns ctx.Err() when ctx ends first, and the error of reading
+// it; a partitioned projection's once every partition's is. It returns ctx.Err() when ctx ends first, and the error of reading
 // the checkpoints if that fails.
 //
 // Checkpoints committed by runners of this process wake it at once; those
@@ -92,19 +93,12 @@ func (c *Consistency) WaitGated(ctx context.Context, wait time.Duration, pos eve
 				return nil
 			}
 		}
-		cps, err := ReadCheckpoints(ctx, c.q, names...)
+		reached, err := reachedAll(ctx, c.q, pos, names)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
-		}
-		reached := true
-		for _, n := range names {
-			if cp, ok := cps[n]; !ok || cp.Position.Less(pos) {
-				reached = false
-				break
-			}
 		}
 		if reached {
 			return nil
@@ -146,4 +140,38 @@ func (c *Consistency) reachedLocally(pos event.Position, names []string) bool {
 		}
 	}
 	return true
+}
+
+// reachedSQL tells, per name, whether every checkpoint row the projection
+// runs under is at or after a position: its own row, or the rows of its
+// partitions (a row split into partitions no longer counts). A name
+// without rows has not reached it.
+const reachedSQL = `SELECT coalesce(bool_and((c.pos_major, c.pos_minor) >= ($2::text::numeric, $3::text::numeric)), false)
+FROM unnest($1::text[]) AS n(name)
+LEFT JOIN projection_checkpoints c ON (c.projection = n.name OR c.partition->>'projection' = n.name) AND c.status <> 'split'
+GROUP BY n.name`
+
+// reachedAll reports whether every named projection, in all its
+// partitions, has applied pos.
+func reachedAll(ctx context.Context, q Querier, pos event.Position, names []string) (bool, error) {
+	if names == nil {
+		names = []string{}
+	}
+	rows, err := q.Query(ctx, reachedSQL, names, u64(pos.Major), u64(pos.Minor))
+	if err != nil {
+		return false, fmt.Errorf("read checkpoints: %w", err)
+	}
+	defer rows.Close()
+	all := true
+	for rows.Next() {
+		var ok bool
+		if err := rows.Scan(&ok); err != nil {
+			return false, fmt.Errorf("read checkpoints: %w", err)
+		}
+		all = all && ok
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("read checkpoints: %w", err)
+	}
+	return all, nil
 }

@@ -85,6 +85,7 @@ type Runner struct {
 	status RunnerStatus
 
 	key     string // checkpoint and lease key
+	letters string // the projection column of its dead letters and parked streams (letterName)
 	handles map[string]bool
 
 	// Owned by the goroutine in Run or CatchUp.
@@ -99,6 +100,7 @@ type Runner struct {
 	pauseSeen     bool                    // the last commit saw a tool's pause lock
 	ledger        *LedgerBook             // the generation's completeness ledger
 	leaveCaughtUp bool                    // runAlone: return once caught up
+	shed          bool                    // the runner gave its partition to another process (Share)
 }
 
 // NewRunner returns a runner of p reading log. pool must run as
@@ -121,11 +123,24 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 		handles[t] = true
 	}
 	key := cfg.Checkpoint
+	if !cfg.Partition.IsZero() {
+		if _, ok := p.(Partitionable); !ok {
+			return nil, fmt.Errorf("projection %s cannot be split into partitions: it does not declare itself Partitionable (its rows may depend on the order of events across streams)", p.Name())
+		}
+		if _, ok := log.(eventstore.PartitionLog); !ok {
+			return nil, fmt.Errorf("projection %s: partitions need a log that reads one partition's events (PostgreSQL); %T does not", p.Name(), log)
+		}
+		if key == "" {
+			key = PartitionKey(p.Name(), cfg.Partition)
+		}
+	}
 	if key == "" {
 		key = p.Name()
 	}
 	logger := cfg.Logger.With("projection", p.Name())
-	if key != p.Name() {
+	if !cfg.Partition.IsZero() {
+		logger = logger.With("partition", cfg.Partition.String())
+	} else if key != p.Name() {
 		logger = logger.With("checkpoint", key)
 	}
 	return &Runner{
@@ -136,6 +151,7 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 		cfg:     cfg,
 		handles: handles,
 		key:     key,
+		letters: letterName(p.Name(), key),
 		logger:  logger,
 		status:  RunnerStatus{Name: key, State: StateStopped},
 		streams: newStreamCache(cfg.StreamCache),
@@ -194,10 +210,35 @@ func (r *Runner) runAlone(ctx context.Context) error {
 }
 
 func (r *Runner) leader() *pgsession.Leader {
-	return &pgsession.Leader{Lease: lease, Name: r.key, Kind: "projection runner", Connect: r.connect,
+	l := &pgsession.Leader{Lease: lease, Name: r.key, Kind: "projection runner", Connect: r.connect,
 		Paused: func(ctx context.Context, conn *pgx.Conn) (bool, error) { return pauseRequested(ctx, conn, r.key) }, PauseRetry: pauseRetry,
 		Retry: r.cfg.LeaseRetry, Lead: r.lead, Logger: r.logger,
 		OnState: func(s pgsession.LeaderState) { r.setState(leaderStates[s]) }}
+	if sh := r.cfg.Share; sh != nil && !r.cfg.Partition.IsZero() {
+		l.Admit = func() bool { return sh.admit(r.proj.Name(), r.cfg.Partition.Count) }
+		lead := l.Lead
+		l.Lead = func(ctx context.Context, conn *pgx.Conn) error {
+			sh.take(r.proj.Name())
+			r.shed = false
+			defer func() {
+				if !r.shed {
+					sh.give(r.proj.Name())
+				}
+			}()
+			return lead(ctx, conn)
+		}
+	}
+	return l
+}
+
+// shedDue reports whether this runner is to give its partition to another
+// process (Share); the share then counts it given back.
+func (r *Runner) shedDue() bool {
+	if r.cfg.Share == nil || r.cfg.Partition.IsZero() || r.shed {
+		return false
+	}
+	r.shed = r.cfg.Share.shed(r.proj.Name(), r.cfg.Partition.Count)
+	return r.shed
 }
 
 // leaderStates maps the states between leaderships onto a runner's.
@@ -208,6 +249,9 @@ var leaderStates = map[pgsession.LeaderState]State{
 // ctx ends, and an error when the session is broken or the lease in doubt.
 func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 	if err := r.begin(ctx, conn); err != nil {
+		if errors.Is(err, ErrSplitParked) || errors.Is(err, ErrMergePartitions) {
+			return r.refuseLayout(ctx, conn, err)
+		}
 		return err
 	}
 	// A tool may have asked for the projection while this runner took the
@@ -216,6 +260,9 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	} else if paused {
 		return errYield
+	}
+	if r.loadedStatus == StateSplit {
+		return r.refuseSplit(ctx, conn)
 	}
 	if ahead, err := r.aheadOfLog(ctx); err != nil {
 		return err
@@ -288,6 +335,10 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 		if r.leaveCaughtUp && !r.catchingUp {
 			return pgsession.ErrDone // back to the group
 		}
+		if r.shedDue() {
+			r.logger.Info("projection partition given to another process", "checkpoint", r.checkpoint.Token())
+			return pgsession.ErrShed // the batch committed; another process takes over
+		}
 		timeout := pace.next(n, r.catchingUp, &r.cfg)
 		if r.catchingUp {
 			continue // more is probably waiting
@@ -337,6 +388,11 @@ func (r *Runner) lead(ctx context.Context, conn *pgx.Conn) error {
 // begin loads the checkpoint row of a session that just took the lease,
 // and the automatic retries of parked streams still to do.
 func (r *Runner) begin(ctx context.Context, conn *pgx.Conn) error {
+	if !r.cfg.Partition.IsZero() {
+		if err := ensurePartition(ctx, conn, r.proj.Name(), r.cfg.Partition); err != nil {
+			return err
+		}
+	}
 	st, err := loadCheckpoint(ctx, conn, r.key)
 	if err != nil {
 		return err

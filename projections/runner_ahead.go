@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -59,6 +60,55 @@ func (r *Runner) refuseAhead(ctx context.Context, conn *pgx.Conn, why string) er
 WHERE projection = $1`, r.key, why); err != nil {
 		return fmt.Errorf("record status ahead_of_log: %w", err)
 	}
+	return r.holdRefused(ctx, conn)
+}
+
+// refuseSplit keeps a runner of a checkpoint that was split into
+// partitions (StateSplit) from applying anything: its partitions carry on
+// from where it stands. It reports an error state and waits as
+// refuseAhead does; the row is left as the split made it.
+func (r *Runner) refuseSplit(ctx context.Context, conn *pgx.Conn) error {
+	why := fmt.Sprintf("%s was split into partitions, which carry on from its checkpoint %s: run the projection with its partitions "+
+		"(STRATA_PROJECTION_PARTITIONS), or rebuild it", r.key, r.checkpoint.Token())
+	r.mu.Lock()
+	r.status.State, r.status.Checkpoint, r.status.LastError, r.status.ErrorAt = StateError, r.checkpoint, why, time.Now()
+	r.mu.Unlock()
+	r.logger.Error("projection refuses to run", "reason", why)
+	return r.holdRefused(ctx, conn)
+}
+
+// refuseLayout keeps a partition's runner whose rows cannot be made
+// (ErrSplitParked, ErrMergePartitions) in an error state, holding its
+// lease, and tries again every LeaseRetry: once an operator has retried or
+// discarded the parked streams, it splits and runs.
+func (r *Runner) refuseLayout(ctx context.Context, conn *pgx.Conn, cause error) error {
+	r.mu.Lock()
+	r.status.State, r.status.LastError, r.status.ErrorAt = StateError, cause.Error(), time.Now()
+	r.mu.Unlock()
+	r.logger.Error("projection partition cannot start", "reason", cause.Error())
+	for {
+		pgsession.Sleep(ctx, r.cfg.LeaseRetry)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if paused, err := pauseRequested(ctx, conn, r.key); err != nil {
+			return err
+		} else if paused {
+			return errYield
+		}
+		err := ensurePartition(ctx, conn, r.proj.Name(), r.cfg.Partition)
+		switch {
+		case err == nil:
+			return r.lead(ctx, conn)
+		case !errors.Is(err, ErrSplitParked) && !errors.Is(err, ErrMergePartitions):
+			return err
+		}
+	}
+}
+
+// holdRefused holds the lease of a runner that refuses to run until a
+// tool asks for the projection or ctx ends.
+func (r *Runner) holdRefused(ctx context.Context, conn *pgx.Conn) error {
 	for {
 		pgsession.Sleep(ctx, r.cfg.LeaseRetry)
 		if ctx.Err() != nil {

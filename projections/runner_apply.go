@@ -33,8 +33,11 @@ func (r *Runner) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 	var recs []event.Record
 	var decoded *sharedBatch
 	var err error
+	if !r.cfg.Partition.IsZero() {
+		return r.stepPartition(ctx, conn, r.log.(eventstore.PartitionLog)) // NewRunner checked
+	}
 	if tl, ok := r.log.(eventstore.TenantLog); ok && r.cfg.Tenant != "" && r.cfg.Shared == nil {
-		return r.stepTenant(ctx, conn, tl, began)
+		return r.stepTenant(ctx, conn, tl)
 	}
 	if sh := r.cfg.Shared; sh != nil {
 		decoded, err = sh.read(ctx, r, r.checkpoint, r.readSize(), r.catchingUp, r.wakeTakenAt)
@@ -238,7 +241,7 @@ func (r *Runner) planParks(ctx context.Context, conn *pgx.Conn, items []item) (*
 		b := &pgx.Batch{}
 		for _, t := range tenants {
 			b.Queue(db.SetTenantSQL, t)
-			b.Queue(lookupParkedSQL, t, r.proj.Name(), r.generation, streams[t]).Query(func(rows pgx.Rows) error {
+			b.Queue(lookupParkedSQL, t, r.letters, r.generation, streams[t]).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					var stream string
 					var p parkedHere
@@ -434,7 +437,7 @@ func (r *Runner) queueApply(b *pgx.Batch, owner *[]int, res *applied, recs []eve
 			var err error
 			if head {
 				f := plan.fresh[k]
-				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, errorText(f.err)); err != nil {
+				if args, err = letterArgs(r.letters, r.generation, it.ev.Record, errorText(f.err)); err != nil {
 					return err
 				}
 				b.Queue(parkHeadSQL, append(args, f.next, int32(1))...)
@@ -443,7 +446,7 @@ func (r *Runner) queueApply(b *pgx.Batch, owner *[]int, res *applied, recs []eve
 				if f, ok := plan.fresh[k]; ok {
 					headVersion = f.rec.Version
 				}
-				if args, err = letterArgs(r.proj.Name(), r.generation, it.ev.Record, behindText(headVersion)); err != nil {
+				if args, err = letterArgs(r.letters, r.generation, it.ev.Record, behindText(headVersion)); err != nil {
 					return err
 				}
 				b.Queue(parkBehindSQL, args...)

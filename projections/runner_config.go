@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
 )
 
 // RunnerConfig tunes a Runner. Zero values take the defaults.
@@ -118,6 +119,19 @@ type RunnerConfig struct {
 	// otherwise it reads the global log and skips the others, as Filter
 	// does (set both).
 	Tenant string
+	// Partition, when set, confines the runner to one partition of the
+	// projection, which must be Partitionable (issue 35 §5): it reads the
+	// partition's streams only (eventstore.PartitionLog, required), under a
+	// checkpoint, ledger and lease of its own (PartitionKey). The first
+	// partition runner of a layout creates the rows of all its partitions,
+	// each split off where the projection stood (ensurePartition). Not with
+	// Tenant, Filter, Shared or in a Group.
+	Partition eventstore.Partition
+	// Share, when set, spreads partitions over the projector processes
+	// that share it (one per process): a runner takes its partition's lease
+	// only while this process holds fewer than its fair part, and gives it
+	// back when it holds more (another process joined).
+	Share *Share
 	// OnBatch, when set, is called after every committed batch (progress
 	// of a rebuild).
 	OnBatch func(BatchInfo)
@@ -200,6 +214,14 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.Checkpoint != "" && !checkpointKey.MatchString(c.Checkpoint) {
 		errs = append(errs, fmt.Errorf("checkpoint key %q: want [a-z][a-z0-9_]{0,62}", c.Checkpoint))
+	}
+	if !c.Partition.IsZero() {
+		if err := c.Partition.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Tenant != "" || c.Filter != nil || c.Shared != nil {
+			errs = append(errs, errors.New("a partition's runner reads its partition alone: no Tenant, Filter or Shared"))
+		}
 	}
 	if err := c.Failures.Validate(); err != nil {
 		errs = append(errs, err)

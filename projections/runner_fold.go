@@ -56,7 +56,7 @@ func (r *Runner) FoldOn(ctx context.Context, x *Exclusive, until event.Position,
 	switch {
 	case !ok:
 		return Folded{NotFolded: "the projection does not fold (projections.Folder)"}, nil
-	case r.cfg.Tenant != "" || r.cfg.Filter != nil:
+	case r.cfg.Tenant != "" || r.cfg.Filter != nil || !r.cfg.Partition.IsZero():
 		return Folded{NotFolded: "a fold reads the whole log"}, nil
 	}
 	if r.cfg.AsyncCommit {

@@ -23,7 +23,7 @@ func (r *Runner) loadRetries(ctx context.Context, conn *pgx.Conn) error {
 		for _, t := range tenants[lo:min(lo+200, len(tenants))] {
 			b.Queue(db.SetTenantSQL, t)
 			b.Queue(`SELECT stream_id, next_attempt_at FROM parked_streams
-WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND next_attempt_at IS NOT NULL`, t, r.proj.Name(), r.generation).
+WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid AND next_attempt_at IS NOT NULL`, t, r.letters, r.generation).
 				Query(func(rows pgx.Rows) error {
 					for rows.Next() {
 						var stream string

@@ -13,12 +13,21 @@ import (
 )
 
 // stepTenant is step for a runner confined to one tenant (Config.Tenant)
-// on a log that reads one tenant's events: it applies the tenant's next
-// events, and when there are none it moves the checkpoint to the log's
-// head without reading the other tenants' events. The head is read before
-// the tenant's events: every event at or before it is visible to that
-// read, so an empty read proves the tenant has nothing up to it.
-func (r *Runner) stepTenant(ctx context.Context, conn *pgx.Conn, tl eventstore.TenantLog, began time.Time) (int, error) {
+// on a log that reads one tenant's events (stepConfined).
+func (r *Runner) stepTenant(ctx context.Context, conn *pgx.Conn, tl eventstore.TenantLog) (int, error) {
+	return r.stepConfined(ctx, conn, "tenant "+r.cfg.Tenant, func(ctx context.Context, after event.Position, limit int) ([]event.Record, error) {
+		return tl.ReadTenant(ctx, r.cfg.Tenant, after, limit)
+	})
+}
+
+// stepConfined is step for a runner that reads part of the log through an
+// index (one tenant, one partition): it applies the part's next events,
+// and when there are none it moves the checkpoint to the log's head
+// without reading the others' events. The head is read before the part's
+// events: every event at or before it is visible to that read, so an empty
+// read proves the part has nothing up to it.
+func (r *Runner) stepConfined(ctx context.Context, conn *pgx.Conn, part string, read func(ctx context.Context, after event.Position, limit int) ([]event.Record, error)) (int, error) {
+	began := time.Now()
 	head, err := r.log.Head(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read the log's head: %w", err)
@@ -26,10 +35,10 @@ func (r *Runner) stepTenant(ctx context.Context, conn *pgx.Conn, tl eventstore.T
 	if !r.until.IsZero() && r.until.Less(head) {
 		head = r.until
 	}
-	recs, err := tl.ReadTenant(ctx, r.cfg.Tenant, r.checkpoint, r.readSize())
+	recs, err := read(ctx, r.checkpoint, r.readSize())
 	if err != nil {
 		r.catchingUp = false
-		return 0, fmt.Errorf("read tenant %s after %s: %w", r.cfg.Tenant, r.checkpoint, err)
+		return 0, fmt.Errorf("read %s after %s: %w", part, r.checkpoint, err)
 	}
 	r.catchingUp = len(recs) == r.readSize()
 	if !r.until.IsZero() {
@@ -43,6 +52,9 @@ func (r *Runner) stepTenant(ctx context.Context, conn *pgx.Conn, tl eventstore.T
 		ctx, span := startBatchSpan(ctx, r.key, recs)
 		n, err := r.applyRead(ctx, conn, recs, nil, began)
 		endBatchSpan(span, err)
+		if err != nil {
+			r.catchingUp = false
+		}
 		return n, err
 	}
 	if !r.checkpoint.Less(head) {

@@ -115,6 +115,13 @@ func (s *Service) checkOwners(ctx context.Context, names []string) error {
 			}
 		}
 		if _, ok := rows[n]; !ok {
+			parts, err := s.partitions(ctx)
+			if err != nil {
+				return err
+			}
+			if _, ok := parts.projection[n]; ok {
+				continue // a partition of a projection
+			}
 			known := append(s.Names(), slices.Sorted(maps.Keys(rows))...)
 			return fmt.Errorf("%w: unknown projection or consumer %q: want one of %s", ErrInvalid, n, strings.Join(known, ", "))
 		}

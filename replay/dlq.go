@@ -45,8 +45,12 @@ func (s *Service) DeadLetters(ctx context.Context, o ListOptions) ([]projections
 	if err != nil {
 		return nil, err
 	}
+	parts, err := s.partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return projections.ReadDeadLetters(ctx, s.cfg.Pool, tenants, projections.LetterFilter{
-		Projections: o.Projections, Stream: o.Stream, Statuses: o.Statuses, Limit: o.Limit})
+		Projections: parts.expand(o.Projections), Stream: o.Stream, Statuses: o.Statuses, Limit: o.Limit})
 }
 
 // DeadLetter returns one dead letter. With tenant empty every tenant of
@@ -160,9 +164,16 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 			consumers[name] = p
 		}
 	}
+	parts, err := s.partitions(ctx)
+	if err != nil {
+		return report, err
+	}
 	owner := func(name string) (projections.Projection, bool) {
 		if p, ok := s.byName[name]; ok {
 			return p, true
+		}
+		if p, ok := s.byName[parts.projection[name]]; ok {
+			return p, true // a partition's letters, retried under its lease
 		}
 		if _, ok := s.processManager(name); ok {
 			return nil, true // retried through the process runtime
@@ -195,7 +206,7 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 		if err != nil {
 			return report, err
 		}
-		parked, err := projections.ReadParkedStreams(ctx, s.cfg.Pool, tenants, spec.Projections...)
+		parked, err := projections.ReadParkedStreams(ctx, s.cfg.Pool, tenants, parts.expand(spec.Projections)...)
 		if err != nil {
 			return report, err
 		}
@@ -218,7 +229,7 @@ func (s *Service) Retry(ctx context.Context, spec RetrySpec) (RetryReport, error
 	// consumer's is taken the same way: the consumer probes its pause lock
 	// in every message's transaction and nacks its messages meanwhile; so
 	// is a relay's, whose batches probe it too and wait.
-	names := append(append(s.Names(), s.ProcessNames()...), slices.Sorted(maps.Keys(consumers))...)
+	names := append(append(parts.expand(s.Names()), s.ProcessNames()...), slices.Sorted(maps.Keys(consumers))...)
 	for _, name := range append(names, slices.Sorted(maps.Keys(s.relays))...) {
 		var mine []target
 		for _, t := range targets {
@@ -315,4 +326,46 @@ func (s *Service) Discard(ctx context.Context, tenant string, id int64, actor, r
 		return out, fmt.Errorf("%w: dead letter %d", ErrNotFound, id)
 	}
 	return out, err
+}
+
+// partitionKeys maps partitioned projections onto the checkpoint keys of
+// their partitions, under which their dead letters and parked streams are
+// kept, and back.
+type partitionKeys struct {
+	keys       map[string][]string // projection -> its partitions' keys, sorted
+	projection map[string]string   // partition key -> projection
+}
+
+// partitions reads the partitions' checkpoint rows (of every layout: a
+// split row's letters stay under its key).
+func (s *Service) partitions(ctx context.Context) (partitionKeys, error) {
+	cps, err := s.checkpoints(ctx)
+	if err != nil {
+		return partitionKeys{}, err
+	}
+	pk := partitionKeys{keys: map[string][]string{}, projection: map[string]string{}}
+	for key, cp := range cps {
+		if cp.Partition != nil {
+			pk.keys[cp.Partition.Projection] = append(pk.keys[cp.Partition.Projection], key)
+			pk.projection[key] = cp.Partition.Projection
+		}
+	}
+	for _, keys := range pk.keys {
+		slices.Sort(keys)
+	}
+	return pk, nil
+}
+
+// expand returns names with each partitioned projection's partition keys
+// after it (nil stays nil: every projection).
+func (pk partitionKeys) expand(names []string) []string {
+	if names == nil {
+		return nil
+	}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, n)
+		out = append(out, pk.keys[n]...)
+	}
+	return out
 }

@@ -201,6 +201,20 @@ func (s *Service) Rebuild(ctx context.Context, o RebuildOptions) (Result, error)
 	if o.Actor == "" {
 		o.Actor = "replay"
 	}
+	if o.From != nil || o.Tenant != "" {
+		// A full rebuild of a partitioned projection replaces its partitions
+		// (swapAll); one tenant's or --from would have to bring every
+		// partition to one position first, which is not built.
+		parts, err := s.partitions(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		for _, p := range ps {
+			if len(parts.keys[p.Name()]) > 0 {
+				return Result{}, fmt.Errorf("%w: %s runs in partitions: rebuild it whole (no --tenant, no --from)", ErrInvalid, p.Name())
+			}
+		}
+	}
 	if o.From != nil {
 		return s.rebuildFrom(ctx, ps, o) // in place: no DDL
 	}
@@ -362,6 +376,29 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 		return res, err
 	}
 	defer liveX.Release()
+	if o.Tenant == "" {
+		// A partitioned projection's runners hold its partitions' leases:
+		// each is paused until the swap, which replaces the partitions by
+		// the rebuilt row (they split off it again when they resume).
+		parts, err := s.partitions(ctx)
+		if err != nil {
+			return res, err
+		}
+		cps, err := s.checkpoints(ctx, parts.keys[name]...)
+		if err != nil {
+			return res, err
+		}
+		for _, k := range parts.keys[name] {
+			if cps[k].Status == projections.StateSplit {
+				continue
+			}
+			x, err := s.exclusive(ctx, k)
+			if err != nil {
+				return res, err
+			}
+			defer x.Release()
+		}
+	}
 	head, err := s.cfg.Log.Head(ctx)
 	if err != nil {
 		return res, err
@@ -382,6 +419,11 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 		if swapped.oldLetters > 0 {
 			if err := s.supersede(ctx, name, swapped.oldGeneration, o.Actor); err != nil {
 				res.Notes = append(res.Notes, fmt.Sprintf("the replaced rows' dead letters were not all marked superseded (%v); they are hidden anyway", err))
+			}
+		}
+		for k, g := range swapped.oldPartitions {
+			if err := s.supersede(ctx, k, g, o.Actor); err != nil {
+				res.Notes = append(res.Notes, fmt.Sprintf("the replaced partition %s's dead letters were not all marked superseded (%v); they are hidden anyway", k, err))
 			}
 		}
 	} else {
@@ -618,6 +660,9 @@ type swapped struct {
 	oldGeneration string
 	oldLetters    int64
 	notes         []string
+	// oldPartitions are the rows of the projection's partitions the swap
+	// removed: key -> generation, of those with parked letters.
+	oldPartitions map[string]string
 }
 
 // swapAll swaps the shadow tables in and the live checkpoint over to the
@@ -656,8 +701,31 @@ RETURNING r.pos_major::text, r.pos_minor::text, r.parked_streams`, p.Name(), key
 			if out.pos, err = event.ParseColumns(major, minor); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE projection = $1`, key)
-			return err
+			if _, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE projection = $1`, key); err != nil {
+				return err
+			}
+			// The partitions (of every layout) go: the rebuilt row replaces
+			// them, and the runners of the partitions split off it again.
+			rows, err := tx.Query(ctx, `DELETE FROM projection_checkpoints WHERE partition->>'projection' = $1
+RETURNING projection, generation::text, parked_letters`, p.Name())
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var k, g string
+				var letters int64
+				if err := rows.Scan(&k, &g, &letters); err != nil {
+					return err
+				}
+				if letters > 0 {
+					if out.oldPartitions == nil {
+						out.oldPartitions = map[string]string{}
+					}
+					out.oldPartitions[k] = g
+				}
+			}
+			return rows.Err()
 		})
 		if err == nil || !retrySwap(err) || ctx.Err() != nil {
 			break

@@ -265,7 +265,7 @@ func (r *RebuildStatus) String() string {
 
 // OtherCheckpoints returns the checkpoint rows of readers the service does
 // not know as projections (the relay's relay_<topic>, a projection of
-// another binary), without rebuilds' and broker-fed consumers' rows
+// another binary), without rebuilds', partitions' and broker-fed consumers' rows
 // (Consumers lists those), by name.
 func (s *Service) OtherCheckpoints(ctx context.Context) ([]projections.Checkpoint, error) {
 	all, err := s.checkpoints(ctx)
@@ -274,7 +274,7 @@ func (s *Service) OtherCheckpoints(ctx context.Context) ([]projections.Checkpoin
 	}
 	var out []projections.Checkpoint
 	for name, cp := range all {
-		if _, known := s.byName[name]; known || cp.Rebuild != nil || cp.Consumer != nil || strings.HasSuffix(name, rebuildSuffix) {
+		if _, known := s.byName[name]; known || cp.Rebuild != nil || cp.Consumer != nil || cp.Partition != nil || strings.HasSuffix(name, rebuildSuffix) {
 			continue
 		}
 		out = append(out, cp)

@@ -110,10 +110,14 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 			return nil, fmt.Errorf("%w: tenant %q: %v", ErrInvalid, o.Tenant, err)
 		}
 	}
-	cps, err := projections.ReadCheckpoints(ctx, s.cfg.Pool, names...)
+	cps, err := projections.ReadCheckpoints(ctx, s.cfg.Pool)
 	if err != nil {
 		return nil, err
 	}
+	// A partitioned projection's partitions are verified as checkpoints of
+	// their own, each over its partition's streams (and the row they were
+	// split off, up to the split, as itself).
+	names, parts := withPartitions(names, cps)
 	tenants := []string{o.Tenant}
 	if o.Tenant == "" {
 		if tenants, err = projections.Tenants(ctx, s.cfg.Pool); err != nil {
@@ -216,6 +220,9 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 				}
 			}
 			for _, n := range names {
+				if part, ok := parts[n]; ok && !part.Holds(rec.Tenant, rec.Stream) {
+					continue
+				}
 				tr := tracks[key{n, rec.Tenant}]
 				if tr == nil || tr.cp.Less(rec.Position) || !tr.since.Less(rec.Position) || tr.verdict.Problem != "" {
 					continue
@@ -261,6 +268,28 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 		out = append(out, *v)
 	}
 	return out, nil
+}
+
+// withPartitions returns names with the checkpoint keys of each named
+// projection's partitions (of every layout) after it, and those keys'
+// partitions.
+func withPartitions(names []string, cps map[string]projections.Checkpoint) ([]string, map[string]eventstore.Partition) {
+	byProjection := map[string][]string{}
+	parts := map[string]eventstore.Partition{}
+	for key, cp := range cps {
+		if cp.Partition != nil {
+			byProjection[cp.Partition.Projection] = append(byProjection[cp.Partition.Projection], key)
+			parts[key] = eventstore.Partition{Index: cp.Partition.Index, Count: cp.Partition.Count}
+		}
+	}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, n)
+		keys := byProjection[n]
+		slices.Sort(keys)
+		out = append(out, keys...)
+	}
+	return out, parts
 }
 
 // locate explains why the ledger's figures want (at a mark or its row)

@@ -18,3 +18,14 @@ CREATE INDEX events_partition_log ON events (stream_bucket(tenant_id, stream_id)
 -- projection and partition it is and, when it was split off an earlier
 -- layout's row, that row and the position it started from.
 ALTER TABLE projection_checkpoints ADD COLUMN partition jsonb;
+
+-- A partition split off at a position has a ledger that counts from there
+-- (the rows it was split off keep theirs up to it): the runner that splits
+-- records where, as an upgrade did for the first ledgers.
+GRANT INSERT ON projection_ledger_since TO strata_projector;
+
+-- The row of a layout that partitions were split off stays, with status
+-- 'split', where the split left it: no runner applies it again.
+ALTER TABLE projection_checkpoints DROP CONSTRAINT projection_checkpoints_status_check;
+ALTER TABLE projection_checkpoints ADD CONSTRAINT projection_checkpoints_status_check
+    CHECK (status IN ('running', 'error', 'stopped', 'ahead_of_log', 'split'));

@@ -15,6 +15,11 @@ import (
 // says it is paused and looks again.
 var ErrYield = errors.New("yielded the lease to a tool")
 
+// ErrShed is what a Leader's Lead returns to give the lease to another
+// process on purpose (its share of the work became smaller): the leader
+// does not back off, it stands by and asks Admit again.
+var ErrShed = errors.New("gave the lease to another process")
+
 // ErrDone is what a Leader's Lead returns to end Run: the lease and the
 // session are given back and Run returns nil (a projection group takes the
 // worker back onto its own session).
@@ -52,6 +57,10 @@ type Leader struct {
 	// Retry is the pause after a failed connection or a lease held by
 	// another session.
 	Retry time.Duration
+	// Admit, when set, is asked before each try for the lease: while it
+	// says no (this process holds its share of such leases), the leader
+	// stands by without trying, and asks again every Retry.
+	Admit func() bool
 	// Lead works while the lease is held. It returns when ctx ends (its
 	// value then does not matter), ErrYield to give the lease to a tool,
 	// ErrDone to end Run, or the error that cost it the session or the
@@ -102,6 +111,11 @@ func (l *Leader) Run(ctx context.Context) error {
 			continue
 		}
 		pausedLogged = false
+		if err == nil && l.Admit != nil && !l.Admit() {
+			state(LeaderStandby)
+			Sleep(ctx, l.Retry)
+			continue
+		}
 		var ok bool
 		if err == nil {
 			ok, err = l.Lease.Try(ctx, conn, l.Name)
@@ -133,6 +147,11 @@ func (l *Leader) Run(ctx context.Context) error {
 		conn = nil
 		if ctx.Err() != nil || errors.Is(err, ErrDone) {
 			return nil
+		}
+		if errors.Is(err, ErrShed) {
+			l.Logger.Info(l.Kind + " gave its lease to another process (its share of the work became smaller)")
+			state(LeaderStandby)
+			continue
 		}
 		if errors.Is(err, ErrYield) {
 			// A tool asked for the name: it takes the lease now, and the

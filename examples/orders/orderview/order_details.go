@@ -100,6 +100,10 @@ WHERE d.ctid = k.tid`, o, l),
 // Name implements Projection.
 func (p *OrderDetails) Name() string { return OrderDetailsName }
 
+// Partitionable implements projections.Partitionable: every row follows
+// one order's events.
+func (p *OrderDetails) Partitionable() {}
+
 // EventTypes implements Projection: every order event.
 func (p *OrderDetails) EventTypes() []string {
 	return []string{order.TypeCreated, order.TypeLineAdded, order.TypeLineRemoved, order.TypePlaced, order.TypePaid, order.TypeCancelled}

@@ -57,6 +57,10 @@ WHERE o.ctid = k.tid`, o),
 // Name implements Projection.
 func (p *OrderList) Name() string { return OrderListName }
 
+// Partitionable implements projections.Partitionable: every row follows
+// one order's events.
+func (p *OrderList) Partitionable() {}
+
 // EventTypes implements Projection.
 func (p *OrderList) EventTypes() []string {
 	return []string{order.TypeCreated, order.TypePlaced, order.TypePaid, order.TypeCancelled}
