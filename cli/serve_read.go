@@ -210,6 +210,8 @@ func wireProjector(a *app) error {
 		// A partitioned projection runs a runner per partition, each alone
 		// on a session of its own; the projector processes share them.
 		if n := partitions[p.Name()]; n > 0 {
+			name := p.Name()
+			a.metrics.PartitionsHeld(name, func() int { return share.Held(name) })
 			for i := range n {
 				r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
 					Partition:    eventstore.Partition{Index: i, Count: n},

@@ -96,6 +96,18 @@ func newMetrics(r *prometheus.Registry) *Metrics {
 	return m
 }
 
+// PartitionsHeld reports, for a partitioned projection, how many of its
+// partitions this process runs now (strata_projection_partitions_held):
+// across the projector processes of a deployment the values add up to the
+// partition count once the share has settled.
+func (m *Metrics) PartitionsHeld(projection string, held func() int) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "strata_projection_partitions_held",
+		Help:        "Partitions of a partitioned projection this process runs now.",
+		ConstLabels: prometheus.Labels{"projection": projection},
+	}, func() float64 { return float64(held()) }))
+}
+
 // Handler serves the registry, and every placement's (ForPlacement), in
 // the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

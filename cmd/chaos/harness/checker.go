@@ -327,15 +327,18 @@ func waitAtHead(ctx context.Context, url string, target event.Position, limit ti
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	deadline := time.Now().Add(limit)
+	conn.Exec(ctx, "SET search_path = strata") //nolint:errcheck // the query below fails instead
 	for {
-		cps, err := readCheckpoints(ctx, conn)
+		// Every row: a partitioned projection's partitions too.
+		cps, err := projections.ReadCheckpoints(ctx, conn)
 		if err != nil {
 			return time.Time{}, false, "", err
 		}
 		behind = ""
 		names := projections.Names(examples.All().Projections())
 		sort.Strings(names)
-		for _, name := range names {
+		// A partitioned projection is at the head once every partition is.
+		for _, name := range projections.LiveKeys(cps, names) {
 			if cp := cps[name]; cp.Position.Less(target) {
 				behind += fmt.Sprintf("%s at %s (status %s %s); ", name, cp.Position, cp.Status, oneLine(cp.LastError, 100))
 			}

@@ -73,6 +73,10 @@ type R1Config struct {
 	// CatchUp is the most the projections may take to reach the head of
 	// the log after the last restart (or the end of the load, if later).
 	CatchUp time.Duration
+	// Partitions is the serve processes' STRATA_PROJECTION_PARTITIONS:
+	// the projections the projector processes share as partitions (issue
+	// 35 §5), killed with them ("": none).
+	Partitions string
 }
 
 // R2Config: crash PostgreSQL (immediate shutdown) under load.
@@ -266,7 +270,8 @@ func Full() Config {
 		PGPort:    55439,
 		Scenarios: AllScenarios,
 		R1: R1Config{Load: load, Processes: 2, KillMin: 3 * time.Second, KillMax: 7 * time.Second,
-			FailpointMin: 100, FailpointMax: 1200, FailpointFirst: 50, CatchUp: 10 * time.Second},
+			FailpointMin: 100, FailpointMax: 1200, FailpointFirst: 50, CatchUp: 10 * time.Second,
+			Partitions: "order_details=2,order_list=4"},
 		R2: R2Config{Load: r2load, Processes: 2, Crashes: 3, FirstCrash: 10 * time.Second, Every: 20 * time.Second,
 			Down: 2 * time.Second, FirstSuccess: 15 * time.Second, CatchUp: 10 * time.Second},
 		R5: R5Config{Load: r5load, Processes: 2, HoldAt: 7 * time.Second, HoldFor: 30 * time.Second,

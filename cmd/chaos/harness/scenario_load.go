@@ -29,7 +29,7 @@ type loadScenario struct {
 	load *loadRun
 }
 
-func (e *env) startLoadScenario(ctx context.Context, id string, lc LoadConfig, processes int, arm func() string) (*loadScenario, error) {
+func (e *env) startLoadScenario(ctx context.Context, id string, lc LoadConfig, processes int, arm func() string, extra ...func(i int) []string) (*loadScenario, error) {
 	name := "chaos_" + strings.ToLower(id)
 	url, err := e.newStrataDatabase(ctx, name)
 	if err != nil {
@@ -38,8 +38,12 @@ func (e *env) startLoadScenario(ctx context.Context, id string, lc LoadConfig, p
 	var specs []procSpec
 	for i := 0; i < processes; i++ {
 		pname := fmt.Sprintf("%s-serve%d", strings.ToLower(id), i)
+		var more []string
+		for _, x := range extra {
+			more = append(more, x(i)...)
+		}
 		specs = append(specs, procSpec{Name: pname, Roles: "command,query,projector",
-			Env: e.strataEnv(url, filepath.Join(e.dir, "data", pname)), Arm: arm})
+			Env: e.strataEnv(url, filepath.Join(e.dir, "data", pname), more...), Arm: arm})
 	}
 	sup, err := e.startSupervised(ctx, specs)
 	if err != nil {
@@ -205,11 +209,36 @@ func (e *env) runR1(ctx context.Context, r *Result) error {
 			return fmt.Sprintf("projector.before-commit=%d", cfg.FailpointMin+armRng.IntN(cfg.FailpointMax-cfg.FailpointMin+1))
 		}
 	}
-	s, err := e.startLoadScenario(ctx, R1, cfg.Load, cfg.Processes, arm)
+	// Partitioned projections: every process runs them, and reports how
+	// many partitions it holds on a metrics address of its own.
+	var metrics []string
+	var partitioned func(i int) []string
+	if cfg.Partitions != "" {
+		for range cfg.Processes {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			metrics = append(metrics, fmt.Sprintf("127.0.0.1:%d", port))
+		}
+		partitioned = func(i int) []string {
+			return []string{"STRATA_PROJECTION_PARTITIONS=" + cfg.Partitions, "STRATA_METRICS_ADDR=" + metrics[i]}
+		}
+		r.note("partitioned projections (STRATA_PROJECTION_PARTITIONS): %s, shared by the %d processes", cfg.Partitions, cfg.Processes)
+	} else {
+		partitioned = func(int) []string { return nil }
+	}
+	s, err := e.startLoadScenario(ctx, R1, cfg.Load, cfg.Processes, arm, partitioned)
 	if err != nil {
 		return err
 	}
 	defer s.sup.Stop(5 * time.Second)
+	shares := &partitionSamples{}
+	if len(metrics) > 0 {
+		sctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go shares.sample(sctx, metrics)
+	}
 	rng := e.rng(R1, "kills")
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -274,6 +303,11 @@ func (e *env) runR1(ctx context.Context, r *Result) error {
 	if cfg.FailpointMax > 0 {
 		fired := s.sup.count("failpoint")
 		r.check("projector killed between a batch's writes and its commit (failpoint)", ">= 1", fired, fired >= 1)
+	}
+	if len(metrics) > 0 {
+		both, samples := shares.result()
+		r.check("partitions shared by the projector processes (samples with partitions in each process)", ">= 1",
+			fmt.Sprintf("%d of %d", both, samples), both >= 1)
 	}
 	if err := s.sup.WaitReady(ctx, 60*time.Second); err != nil {
 		return err
