@@ -215,10 +215,12 @@ func (r *Runner) leader() *pgsession.Leader {
 		Retry: r.cfg.LeaseRetry, Lead: r.lead, Logger: r.logger,
 		OnState: func(s pgsession.LeaderState) { r.setState(leaderStates[s]) }}
 	if sh := r.cfg.Share; sh != nil && !r.cfg.Partition.IsZero() {
+		// Admit counts the partition taken; Unadmit (the lease was not
+		// taken) and the end of Lead (unless it was shed) give it back.
 		l.Admit = func() bool { return sh.admit(r.proj.Name(), r.cfg.Partition.Count) }
+		l.Unadmit = func() { sh.give(r.proj.Name()) }
 		lead := l.Lead
 		l.Lead = func(ctx context.Context, conn *pgx.Conn) error {
-			sh.take(r.proj.Name())
 			r.shed = false
 			defer func() {
 				if !r.shed {

@@ -72,21 +72,21 @@ func (s *Share) Held(projection string) int {
 func (s *Share) fair(count int) int { return (count + s.members - 1) / s.members }
 
 // admit reports whether this process may take one more partition of the
-// projection (of count).
+// projection (of count), and counts it taken when it may: a runner that
+// then fails to take the lease gives it back (give). Admission and count
+// are one step, so that of several runners asking at once only as many
+// as the part allows try for a lease.
 func (s *Share) admit(projection string, count int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.held[projection] < s.fair(count)
-}
-
-// take counts a partition taken.
-func (s *Share) take(projection string) {
-	s.mu.Lock()
+	if s.held[projection] >= s.fair(count) {
+		return false
+	}
 	s.held[projection]++
-	s.mu.Unlock()
+	return true
 }
 
-// give counts a partition given back.
+// give counts a partition given back (or not taken after all).
 func (s *Share) give(projection string) {
 	s.mu.Lock()
 	s.held[projection]--

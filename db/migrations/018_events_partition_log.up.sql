@@ -8,9 +8,16 @@
 -- the same in Go). A partition p of n (n a power of two up to 16) holds the
 -- buckets b with b % n = p, so a stream stays in one partition and a split
 -- from n to 2n divides each partition in two.
+--
+-- It is PL/pgSQL, not an inlined SQL expression, so that the planner
+-- prices it as what it is, an md5 per row (COST): priced as a few
+-- operators, it would read a partition through the log's own index
+-- (events_log, in heap order) with the bucket as a filter, hashing every
+-- event of the log (measured: 98 ms instead of 5 for 10,000 events of
+-- 100,000) rather than through the index below.
 CREATE FUNCTION stream_bucket(tenant text, stream text) RETURNS integer
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN get_byte(decode(md5(tenant || '/' || stream), 'hex'), 0) & 15;
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE COST 1000
+    AS $$ BEGIN RETURN get_byte(decode(md5(tenant || '/' || stream), 'hex'), 0) & 15; END $$;
 
 CREATE INDEX events_partition_log ON events (stream_bucket(tenant_id, stream_id), tx_id, position);
 

@@ -17,7 +17,9 @@ import (
 // the cursor and below the horizon, limited, and a merge of those in log
 // order. PostgreSQL 15 cannot keep an index's order across an IN list on
 // its leading column, so the buckets are separate scans that a Merge
-// Append combines: each reads at most limit rows. The horizon is the
+// Append combines: each reads at most limit rows (stream_bucket's COST
+// keeps the planner from reading the whole log through events_log with the
+// bucket as a filter instead; migration 018). The horizon is the
 // statement's snapshot, one for every scan, as in readAllSQL.
 func partitionSQL(p eventstore.Partition) string {
 	var b strings.Builder

@@ -59,8 +59,10 @@ type Leader struct {
 	Retry time.Duration
 	// Admit, when set, is asked before each try for the lease: while it
 	// says no (this process holds its share of such leases), the leader
-	// stands by without trying, and asks again every Retry.
-	Admit func() bool
+	// stands by without trying, and asks again every Retry. When it said
+	// yes and the lease is not taken after all, Unadmit is called.
+	Admit   func() bool
+	Unadmit func()
 	// Lead works while the lease is held. It returns when ctx ends (its
 	// value then does not matter), ErrYield to give the lease to a tool,
 	// ErrDone to end Run, or the error that cost it the session or the
@@ -119,6 +121,9 @@ func (l *Leader) Run(ctx context.Context) error {
 		var ok bool
 		if err == nil {
 			ok, err = l.Lease.Try(ctx, conn, l.Name)
+			if !ok && l.Unadmit != nil && l.Admit != nil {
+				l.Unadmit()
+			}
 		}
 		if err != nil {
 			Close(conn)

@@ -150,6 +150,7 @@ var workloads = []workload{
 	{"rebuild", benchRebuild},
 	{"verify", benchVerify},
 	{"tenant", benchTenantWork},
+	{"partitions", benchPartitions},
 }
 
 // Names lists the workloads in run order.

@@ -24,6 +24,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == minimalArgs {
 		return runMinimalHandler(ctx, args[1:], stderr) // the baseline's own process (minimal.go)
 	}
+	if len(args) > 0 && args[0] == projectorChildArgs {
+		return runProjectorChild(ctx, args[1:], stderr) // a projector process of the partitions workload (partitions.go)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "a one-minute smoke run of every workload")
