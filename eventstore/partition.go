@@ -13,8 +13,9 @@ import (
 const Buckets = 16
 
 // BucketOf returns the bucket of a stream: the low four bits of the first
-// byte of md5(tenant + "/" + stream). PostgreSQL computes the same in the
-// index of the log by partition (migration 018, stream_bucket).
+// byte of md5(tenant + "/" + stream). PostgreSQL computes the same into
+// events.bucket (migration 018, stream_bucket), which the log's index by
+// partition leads with.
 func BucketOf(tenant, stream string) int {
 	sum := md5.Sum([]byte(tenant + "/" + stream)) //nolint:gosec // see the import
 	return int(sum[0] & (Buckets - 1))

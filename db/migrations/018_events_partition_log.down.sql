@@ -5,4 +5,5 @@ ALTER TABLE projection_checkpoints ADD CONSTRAINT projection_checkpoints_status_
 REVOKE INSERT ON projection_ledger_since FROM strata_projector;
 ALTER TABLE projection_checkpoints DROP COLUMN IF EXISTS partition;
 DROP INDEX IF EXISTS events_partition_log;
+ALTER TABLE events DROP COLUMN IF EXISTS bucket;
 DROP FUNCTION IF EXISTS stream_bucket(text, text);

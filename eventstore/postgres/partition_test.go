@@ -73,8 +73,12 @@ func TestReadPartitionIsTheLogSplitByStream(t *testing.T) {
 			}
 			var sqlBucket int
 			for _, r := range got {
-				if err := d.Projector.QueryRow(ctx, `SELECT stream_bucket($1, $2)`, r.Tenant, r.Stream).Scan(&sqlBucket); err != nil {
+				var stored int
+				if err := d.Projector.QueryRow(ctx, `SELECT stream_bucket($1, $2), bucket FROM events WHERE event_id = $3::uuid`, r.Tenant, r.Stream, r.ID).Scan(&sqlBucket, &stored); err != nil {
 					t.Fatal(err)
+				}
+				if stored != sqlBucket {
+					t.Fatalf("event %s: stored bucket %d, stream_bucket %d", r.ID, stored, sqlBucket)
 				}
 				if sqlBucket != eventstore.BucketOf(r.Tenant, r.Stream) {
 					t.Fatalf("stream %s/%s: bucket %d in SQL, %d in Go", r.Tenant, r.Stream, sqlBucket, eventstore.BucketOf(r.Tenant, r.Stream))
