@@ -207,42 +207,7 @@ func wireProjector(a *app) error {
 		a.workers = append(a.workers, worker{name: "partition share", run: share.Run})
 	}
 	for _, p := range a.mods.Projections() {
-		// A partitioned projection runs a runner per partition, each alone
-		// on a session of its own; the projector processes share them.
-		if n := partitions[p.Name()]; n > 0 {
-			name := p.Name()
-			a.metrics.PartitionsHeld(name, func() int { return share.Held(name) })
-			for i := range n {
-				r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
-					Partition:    eventstore.Partition{Index: i, Count: n},
-					Share:        share,
-					LogEnd:       a.logEnd(),
-					BatchSize:    batch,
-					PollInterval: poll,
-					Gather:       gather,
-					Wake:         wake.C,
-					Progress:     rs.progress,
-					Registry:     a.registry,
-					Logger:       a.logger,
-					DeadLetters:  true,
-					Failures:     policy,
-					OnBatch: func(b projections.BatchInfo) {
-						a.metrics.ProjectionBatches.WithLabelValues(p.Name()).Inc()
-						a.metrics.ProjectionEvents.WithLabelValues(p.Name()).Add(float64(b.Events))
-					},
-				})
-				if err != nil {
-					return err
-				}
-				runners = append(runners, r)
-				rs.mu.Lock()
-				rs.runners[r.Name()] = r
-				rs.mu.Unlock()
-				a.workers = append(a.workers, worker{name: "projection " + r.Name(), run: r.Run})
-			}
-			continue
-		}
-		r, err := projections.NewRunner(p, a.log, a.projPool, projections.RunnerConfig{
+		cfg := projections.RunnerConfig{
 			LogEnd:       a.logEnd(),
 			BatchSize:    batch,
 			PollInterval: poll,
@@ -258,7 +223,29 @@ func wireProjector(a *app) error {
 				a.metrics.ProjectionBatches.WithLabelValues(p.Name()).Inc()
 				a.metrics.ProjectionEvents.WithLabelValues(p.Name()).Add(float64(b.Events))
 			},
-		})
+		}
+		// A partitioned projection runs a runner per partition, each alone
+		// on a session of its own, reading its partition; the projector
+		// processes share them.
+		if n := partitions[p.Name()]; n > 0 {
+			name := p.Name()
+			a.metrics.PartitionsHeld(name, func() int { return share.Held(name) })
+			cfg.Shared, cfg.Share = nil, share
+			for i := range n {
+				cfg.Partition = eventstore.Partition{Index: i, Count: n}
+				r, err := projections.NewRunner(p, a.log, a.projPool, cfg)
+				if err != nil {
+					return err
+				}
+				runners = append(runners, r)
+				rs.mu.Lock()
+				rs.runners[r.Name()] = r
+				rs.mu.Unlock()
+				a.workers = append(a.workers, worker{name: "projection " + r.Name(), run: r.Run})
+			}
+			continue
+		}
+		r, err := projections.NewRunner(p, a.log, a.projPool, cfg)
 		if err != nil {
 			return err
 		}

@@ -202,6 +202,19 @@ func TestPartitionsShareTheWorkAndSplitOffTheProjection(t *testing.T) {
 		t.Errorf("the partitions' rows differ from the oracle:\n%s", ordertest.Diff(wantTables, got))
 	}
 	verifyLedgers(ctx, t, d, store, details)
+	vs, err := svc.Verify(ctx, replay.VerifyOptions{Projections: []string{name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := map[string]bool{}
+	for _, v := range vs {
+		checked[v.Projection] = true
+	}
+	for i := range 4 {
+		if key := projections.PartitionKey(name, eventstore.Partition{Index: i, Count: 4}); !checked[key] {
+			t.Errorf("verify of %s did not check partition %s (checked %v)", name, key, checked)
+		}
+	}
 
 	// Going back to fewer partitions would merge them: refused.
 	two, err := projections.NewRunner(details, store, d.Projector, projections.RunnerConfig{Registry: order.Registry, Logger: quietLogger(),
