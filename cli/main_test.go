@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/internal/pgtest"
+	"github.com/strata-es/strata/module"
 )
 
 // TestMain doubles as the strata binary: with STRATA_TEST_AS_MAIN=1 the
@@ -58,12 +60,18 @@ func testEnv(vars map[string]string) func(string) string {
 // the exit code.
 func startServe(t *testing.T, vars map[string]string, args ...string) (baseURL string, banner []string, stop func() int) {
 	t.Helper()
+	return startServeOf(t, examples.All(), vars, args...)
+}
+
+// startServeOf is startServe with the modules mods.
+func startServeOf(t *testing.T, mods []module.Module, vars map[string]string, args ...string) (baseURL string, banner []string, stop func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	var stderr bytes.Buffer
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), testEnv(vars), pw, &stderr)
+		code <- Run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), testEnv(vars), pw, &stderr, mods...)
 		pw.Close()
 	}()
 	lines := make(chan string, 100)

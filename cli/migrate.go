@@ -40,7 +40,13 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 		if err = db.Up(ctx, url, logf, lines...); err == nil {
 			err = provisionLogins(ctx, e, url, logf, stderr)
 		}
+		if err == nil {
+			// Then every placement, one at a time (migrate_placements.go).
+			err = migratePlacements(ctx, e, url, stdout)
+		}
 	case "down":
+		// The control plane's only: placements are reverted one by one
+		// with their own URL as DATABASE_URL.
 		err = db.Down(ctx, url, *steps, logf, lines...)
 	case "status":
 		var st []db.MigrationStatus
@@ -61,6 +67,19 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 				fmt.Fprintf(tw, "%s\t%03d\t%s\t%s\n", m.Line, m.Version, m.Name, applied)
 			}
 			tw.Flush()
+			pending := 0
+			for _, m := range st {
+				if m.AppliedAt.IsZero() {
+					pending++
+				}
+			}
+			// Every placement's schema after the control plane's. A
+			// control plane not migrated yet has no registry to read.
+			if ps, perr := placementsSchema(ctx, e, url); perr != nil && pending == 0 {
+				err = perr
+			} else if perr == nil {
+				printPlacementsSchema(stdout, ps)
+			}
 		}
 	default:
 		fmt.Fprintf(stderr, "strata migrate: unknown subcommand %q: want up, status or down\n", args[0])

@@ -45,6 +45,7 @@ type placementSet struct {
 	apps     atomic.Pointer[map[string]*app] // placement -> its app, replaced on every attach
 	mu       sync.Mutex
 	problems map[string]string // placement -> why it is not served (yet)
+	behind   map[string]bool   // placements not served because their schema is behind this binary
 	initial  []*app            // attached while wiring: run goes on to run their workers
 }
 
@@ -57,7 +58,7 @@ func wirePlacements(ctx context.Context, a *app, conns dbConns, roles roleSet, b
 		return nil, err
 	}
 	ps := &placementSet{parent: a, dir: dir, roles: roles, base: base, autoMigrate: autoMigrate, reload: reload,
-		logger: a.logger, problems: map[string]string{}}
+		logger: a.logger, problems: map[string]string{}, behind: map[string]bool{}}
 	empty := map[string]*app{}
 	ps.apps.Store(&empty)
 	if conns.owner == "" {
@@ -104,6 +105,9 @@ func (ps *placementSet) attach(ctx context.Context) (attached []*app) {
 			continue
 		}
 		child, err := ps.build(ctx, p)
+		ps.mu.Lock()
+		ps.behind[p.Name] = errors.Is(err, db.ErrSchemaBehind)
+		ps.mu.Unlock()
 		if err != nil {
 			ps.logger.Warn("placement not served yet", "placement", p.Name, "error", err.Error())
 			ps.setProblem(p.Name, err.Error())
@@ -151,6 +155,17 @@ func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app,
 	pools, err := openServing(ctx, a.env, c, ps.roles[roleQuery], ps.base, logger)
 	if err != nil {
 		return nil, err
+	}
+	// A placement whose schema is behind this binary (migrations pending
+	// after an upgrade, with STRATA_AUTO_MIGRATE off or a failed migration)
+	// is not served: its tenants meet a 503 that says so (route) until
+	// `strata migrate up` has migrated it and the next reload attaches it.
+	if err := db.Check(ctx, pools.app, a.mods.Lines()...); err != nil {
+		pools.close()
+		if errors.Is(err, db.ErrSchemaBehind) {
+			return nil, fmt.Errorf("%w: run `strata migrate up`", err)
+		}
+		return nil, fmt.Errorf("read the schema's version: %w", err)
 	}
 	child := &app{
 		mods:      a.mods,
@@ -327,8 +342,14 @@ func (ps *placementSet) route(next http.Handler) http.Handler {
 		}
 		child, ok := (*ps.apps.Load())[name]
 		if !ok {
+			msg := "the tenant's placement " + name + " is not served by this process yet; try again shortly"
+			ps.mu.Lock()
+			if ps.behind[name] {
+				msg = "the tenant's placement " + name + " has an older schema than this strata (migrations pending): it is served once an operator runs `strata migrate up`"
+			}
+			ps.mu.Unlock()
 			httpapi.WriteError(w, r, &httpapi.Error{Status: http.StatusServiceUnavailable, Code: httpapi.CodeUnavailable, RetryAfter: 5 * time.Second,
-				Message: "the tenant's placement " + name + " is not served by this process yet; try again shortly"})
+				Message: msg})
 			return
 		}
 		child.router.ServeHTTP(w, r)
