@@ -179,9 +179,27 @@ func TestPartitionsShareTheWorkAndSplitOffTheProjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{name}, Tenant: "t-1"}); !errors.Is(err, replay.ErrInvalid) {
-		t.Errorf("a one-tenant rebuild of a partitioned projection: %v, want ErrInvalid", err)
+	from := split
+	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{name}, From: &from}); !errors.Is(err, replay.ErrInvalid) {
+		t.Errorf("a rebuild --from of a partitioned projection: %v, want ErrInvalid", err)
 	}
+	// One tenant's rebuild: every partition brought to the swap's
+	// position, the tenant's rows replaced, each partition's ledger of the
+	// tenant counted again.
+	projectiontest.Exec(ctx, t, d.AdminURL, `DELETE FROM strata.order_detail_lines WHERE tenant_id = 't-1'`)
+	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{name}, Tenant: "t-1"}); err != nil {
+		t.Fatalf("a one-tenant rebuild of a partitioned projection: %v", err)
+	}
+	wantSoFar, err := ordertest.Expected(evs[:len(parts[0])+len(parts[1])+len(parts[2])+len(parts[3])])
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "every partition to run again", func() bool { return a.running() == 4 })
+	if got, want := ordertest.Dump(ctx, t, d.AdminURL, details.Tables()...), sections(wantSoFar, details.Tables()); got != want {
+		t.Errorf("rows after the tenant's rebuild differ from the oracle:\n%s", ordertest.Diff(want, got))
+	}
+	verifyLedgers(ctx, t, d, store, details)
+
 	res, err := svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{name}})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +256,7 @@ func TestPartitionParksAndRetriesItsStream(t *testing.T) {
 	store := postgres.New(d.App, d.Projector)
 	evs := ordertest.Generate(ordertest.Config{Seed: 52, Tenants: 2, Orders: 30, Customers: 3, Start: time.Now()})
 	victim := evs[len(evs)/2]
-	list := &curable{OrderList: orderview.NewOrderList(orderview.OrderListTables{}), tenant: victim.Tenant, stream: victim.Stream}
+	list := &curable{OrderList: orderview.NewOrderList(orderview.OrderListTables{}), tenant: victim.Tenant, stream: victim.Stream, cured: &atomic.Bool{}}
 	name := list.Name()
 	a := startProjector(ctx, t, d, store, list, 2, projections.RunnerConfig{DeadLetters: true, Failures: projections.FailurePolicy{Attempts: 1}})
 	consistency := projections.NewConsistency(d.App, nil)
@@ -269,6 +287,23 @@ func TestPartitionParksAndRetriesItsStream(t *testing.T) {
 			t.Fatalf("dead letter %d: %s of %s, want the victim's %s under %s", l.ID, l.Projection, l.Event.Stream, victim.Stream, key)
 		}
 	}
+	// A rebuild of the victim's tenant parks the stream again, in the
+	// rebuild; the swap hands its letters to the partition.
+	if _, err := svc.Rebuild(ctx, replay.RebuildOptions{Projections: []string{name}, Tenant: victim.Tenant}); err != nil {
+		t.Fatal(err)
+	}
+	cp := projectiontest.Checkpoint(ctx, t, d.AdminURL, key)
+	if cp.ParkedStreams != 1 {
+		t.Fatalf("%s parks %d streams after the tenant's rebuild, want 1", key, cp.ParkedStreams)
+	}
+	letters, err = svc.DeadLetters(ctx, replay.ListOptions{Projections: []string{name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(letters) == 0 || letters[0].Projection != key || letters[0].Generation != cp.Generation || !letters[0].Head {
+		t.Fatalf("dead letters after the tenant's rebuild: %+v, want the victim's under %s, generation %s", letters, key, cp.Generation)
+	}
+	verifyLedgers(ctx, t, d, store, list)
 	list.cured.Store(true)
 	report, err := svc.Retry(ctx, replay.RetrySpec{ID: letters[0].ID, Tenant: victim.Tenant, Actor: "test"})
 	if err != nil {
@@ -292,11 +327,16 @@ func TestPartitionParksAndRetriesItsStream(t *testing.T) {
 	verifyLedgers(ctx, t, d, store, list)
 }
 
-// curable fails every event of one stream until cured.
+// curable fails every event of one stream until cured, also in a
+// rebuild's shadow tables.
 type curable struct {
 	*orderview.OrderList
 	tenant, stream string
-	cured          atomic.Bool
+	cured          *atomic.Bool
+}
+
+func (p *curable) WithTables(rename map[string]string) projections.Projection {
+	return &curable{OrderList: p.OrderList.WithTables(rename).(*orderview.OrderList), tenant: p.tenant, stream: p.stream, cured: p.cured}
 }
 
 func (p *curable) Apply(b *pgx.Batch, ev projections.Event) error {

@@ -201,17 +201,18 @@ func (s *Service) Rebuild(ctx context.Context, o RebuildOptions) (Result, error)
 	if o.Actor == "" {
 		o.Actor = "replay"
 	}
-	if o.From != nil || o.Tenant != "" {
+	if o.From != nil {
 		// A full rebuild of a partitioned projection replaces its partitions
-		// (swapAll); one tenant's or --from would have to bring every
-		// partition to one position first, which is not built.
+		// (swapAll), one tenant's brings them all to the swap's position
+		// (swapTenant); --from would re-derive streams in place under each
+		// partition's lease, which is not built.
 		parts, err := s.partitions(ctx)
 		if err != nil {
 			return Result{}, err
 		}
 		for _, p := range ps {
 			if len(parts.keys[p.Name()]) > 0 {
-				return Result{}, fmt.Errorf("%w: %s runs in partitions: rebuild it whole (no --tenant, no --from)", ErrInvalid, p.Name())
+				return Result{}, fmt.Errorf("%w: %s runs in partitions: rebuild it whole or one tenant's (no --from)", ErrInvalid, p.Name())
 			}
 		}
 	}
@@ -376,28 +377,31 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 		return res, err
 	}
 	defer liveX.Release()
-	if o.Tenant == "" {
-		// A partitioned projection's runners hold its partitions' leases:
-		// each is paused until the swap, which replaces the partitions by
-		// the rebuilt row (they split off it again when they resume).
-		parts, err := s.partitions(ctx)
+	// A partitioned projection's runners hold its partitions' leases: each
+	// is paused until the swap. A whole rebuild replaces the partitions by
+	// the rebuilt row (they split off it again when they resume); one
+	// tenant's brings each to the swap's position and gives each its share
+	// of the tenant's letters and ledger.
+	parts, err := s.partitions(ctx)
+	if err != nil {
+		return res, err
+	}
+	partCps, err := s.checkpoints(ctx, parts.keys[name]...)
+	if err != nil {
+		return res, err
+	}
+	var live []livePartition
+	for _, k := range parts.keys[name] {
+		cp := partCps[k]
+		if cp.Status == projections.StateSplit || cp.Partition == nil {
+			continue
+		}
+		x, err := s.exclusive(ctx, k)
 		if err != nil {
 			return res, err
 		}
-		cps, err := s.checkpoints(ctx, parts.keys[name]...)
-		if err != nil {
-			return res, err
-		}
-		for _, k := range parts.keys[name] {
-			if cps[k].Status == projections.StateSplit {
-				continue
-			}
-			x, err := s.exclusive(ctx, k)
-			if err != nil {
-				return res, err
-			}
-			defer x.Release()
-		}
+		defer x.Release()
+		live = append(live, livePartition{key: k, x: x, part: eventstore.Partition{Index: cp.Partition.Index, Count: cp.Partition.Count}})
 	}
 	head, err := s.cfg.Log.Head(ctx)
 	if err != nil {
@@ -430,17 +434,30 @@ func (s *Service) rebuildOne(ctx context.Context, p projections.Projection, o Re
 		liveCfg := s.cfg.Runner
 		liveCfg.Checkpoint, liveCfg.DeadLetters, liveCfg.Logger = "", true, s.cfg.Logger
 		liveCfg.Shared, liveCfg.Wake, liveCfg.Progress, liveCfg.Filter, liveCfg.OnBatch = nil, nil, nil, nil, nil
-		live, err := projections.NewRunner(p, s.cfg.Log, s.cfg.Pool, liveCfg)
-		if err != nil {
-			return res, err
+		if len(live) == 0 {
+			liveRunner, err := projections.NewRunner(p, s.cfg.Log, s.cfg.Pool, liveCfg)
+			if err != nil {
+				return res, err
+			}
+			if err := liveRunner.CatchUpOn(ctx, liveX, head); err != nil {
+				return res, fmt.Errorf("bring the live projection to %s: %w", head, err)
+			}
 		}
-		if err := live.CatchUpOn(ctx, liveX, head); err != nil {
-			return res, fmt.Errorf("bring the live projection to %s: %w", head, err)
+		for _, lp := range live {
+			cfg := liveCfg
+			cfg.Partition = lp.part
+			liveRunner, err := projections.NewRunner(p, s.cfg.Log, s.cfg.Pool, cfg)
+			if err != nil {
+				return res, err
+			}
+			if err := liveRunner.CatchUpOn(ctx, lp.x, head); err != nil {
+				return res, fmt.Errorf("bring the live partition %s to %s: %w", lp.key, head, err)
+			}
 		}
 		if err := runner.CatchUpOn(ctx, shadowX, head); err != nil {
 			return res, err
 		}
-		swapped, err := s.swapTenant(ctx, liveX, p, key, meta, o.Tenant, o.Actor)
+		swapped, err := s.swapTenant(ctx, liveX, p, key, meta, o.Tenant, o.Actor, live)
 		if err != nil {
 			return res, err
 		}
@@ -746,12 +763,24 @@ func retrySwap(err error) bool {
 	return false
 }
 
+// dropShadowRow deletes the rebuild's checkpoint row at the end of a
+// tenant's swap: the projector may not delete checkpoint rows; the owner
+// may.
+func (s *Service) dropShadowRow(ctx context.Context, tx pgx.Tx, key string) error {
+	if _, err := tx.Exec(ctx, `SET LOCAL ROLE strata_owner`); err != nil {
+		s.cfg.Logger.Warn("cannot switch to the owner role", "error", err.Error())
+		return fmt.Errorf("%w: %w", ErrInvalid, ErrNoOwner)
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE projection = $1`, key)
+	return err
+}
+
 // swapTenant replaces one tenant's live rows by the shadow's, moves the
 // shadow's dead letters and parked streams into the live generation
 // (superseding the tenant's old ones) and drops the shadow's checkpoint
 // row, in one transaction on the live lease's session (an owner session),
 // where the live projection and the shadow stand at the same position.
-func (s *Service) swapTenant(ctx context.Context, liveX *projections.Exclusive, p projections.Projection, key string, m *rebuildMeta, tenant, actor string) (swapped, error) {
+func (s *Service) swapTenant(ctx context.Context, liveX *projections.Exclusive, p projections.Projection, key string, m *rebuildMeta, tenant, actor string, parts []livePartition) (swapped, error) {
 	var out swapped
 	err := pgx.BeginFunc(ctx, liveX.Conn(), func(tx pgx.Tx) error {
 		// The rows are the projector's to write, under row-level security;
@@ -779,6 +808,12 @@ AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`, ident(live))
 			if _, err := tx.Exec(ctx, `INSERT INTO `+ident(live)+` (`+list+`) SELECT `+list+` FROM `+ident(m.Tables[live])+` WHERE tenant_id = $1`, tenant); err != nil {
 				return fmt.Errorf("copy the tenant's rows into %s: %w", live, err)
 			}
+		}
+		if len(parts) > 0 {
+			if err := swapTenantPartitions(ctx, tx, p, key, tenant, actor, parts, &out); err != nil {
+				return err
+			}
+			return s.dropShadowRow(ctx, tx, key)
 		}
 		var liveGen, shadowGen string
 		var shadowStreams, shadowLetters int64
@@ -832,13 +867,7 @@ WHERE projection = $1 RETURNING parked_streams`, p.Name(), oldStreams, shadowStr
 		if out.pos, err = event.ParseColumns(major, minor); err != nil {
 			return err
 		}
-		// The projector may not delete checkpoint rows; the owner may.
-		if _, err := tx.Exec(ctx, `SET LOCAL ROLE strata_owner`); err != nil {
-			s.cfg.Logger.Warn("cannot switch to the owner role", "error", err.Error())
-			return fmt.Errorf("%w: %w", ErrInvalid, ErrNoOwner)
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE projection = $1`, key)
-		return err
+		return s.dropShadowRow(ctx, tx, key)
 	})
 	if err != nil {
 		return out, fmt.Errorf("swap tenant %s of %s (nothing was swapped; run the same command again to retry): %w", tenant, p.Name(), err)
