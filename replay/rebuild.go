@@ -763,6 +763,17 @@ func retrySwap(err error) bool {
 	return false
 }
 
+// supersedeTenantLettersSQL moves a tenant's letters of the rows a
+// tenant's rebuild replaces ($1 tenant, $2 projection column, $3 its
+// generation) to a generation of their own ($4), the parked ones
+// superseded by $5: the rebuild applied them anew.
+const supersedeTenantLettersSQL = `UPDATE dead_letters SET generation = $4::uuid,
+    status = CASE WHEN status = 'parked' THEN 'superseded' ELSE status END,
+    resolved_at = coalesce(resolved_at, now()),
+    resolved_by = CASE WHEN status = 'parked' THEN $5 ELSE resolved_by END,
+    reason = CASE WHEN status = 'parked' THEN 'replaced by a rebuild of the tenant' ELSE reason END
+WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid`
+
 // dropShadowRow deletes the rebuild's checkpoint row at the end of a
 // tenant's swap: the projector may not delete checkpoint rows; the owner
 // may.
@@ -831,12 +842,7 @@ FROM projection_checkpoints l, projection_checkpoints r WHERE l.projection = $1 
 		// The tenant's letters of the replaced rows move to a generation of
 		// their own (the shadow's letters may be about the same events);
 		// the parked ones are superseded: the rebuild applied them anew.
-		if _, err := tx.Exec(ctx, `UPDATE dead_letters SET generation = $4::uuid,
-    status = CASE WHEN status = 'parked' THEN 'superseded' ELSE status END,
-    resolved_at = coalesce(resolved_at, now()),
-    resolved_by = CASE WHEN status = 'parked' THEN $5 ELSE resolved_by END,
-    reason = CASE WHEN status = 'parked' THEN 'replaced by a rebuild of the tenant' ELSE reason END
-WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid`, tenant, p.Name(), liveGen, uuid.NewString(), actor); err != nil {
+		if _, err := tx.Exec(ctx, supersedeTenantLettersSQL, tenant, p.Name(), liveGen, uuid.NewString(), actor); err != nil {
 			return fmt.Errorf("supersede dead letters: %w", err)
 		}
 		ct, err := tx.Exec(ctx, `DELETE FROM parked_streams WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid`, tenant, p.Name(), liveGen)

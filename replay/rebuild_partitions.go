@@ -66,12 +66,7 @@ func swapTenantPartitions(ctx context.Context, tx pgx.Tx, p projections.Projecti
 			tenant, lp.key, gen).Scan(&oldLetters); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE dead_letters SET generation = $4::uuid,
-    status = CASE WHEN status = 'parked' THEN 'superseded' ELSE status END,
-    resolved_at = coalesce(resolved_at, now()),
-    resolved_by = CASE WHEN status = 'parked' THEN $5 ELSE resolved_by END,
-    reason = CASE WHEN status = 'parked' THEN 'replaced by a rebuild of the tenant' ELSE reason END
-WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid`, tenant, lp.key, gen, uuid.NewString(), actor); err != nil {
+		if _, err := tx.Exec(ctx, supersedeTenantLettersSQL, tenant, lp.key, gen, uuid.NewString(), actor); err != nil {
 			return fmt.Errorf("supersede the dead letters of %s: %w", lp.key, err)
 		}
 		ct, err := tx.Exec(ctx, `DELETE FROM parked_streams WHERE tenant_id = $1 AND projection = $2 AND generation = $3::uuid`, tenant, lp.key, gen)
