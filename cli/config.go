@@ -59,7 +59,7 @@ var envVars = map[string]string{
 	"STRATA_PPROF_ADDR":                "serve Go's pprof profiles on this separate address, e.g. 127.0.0.1:6060 (default off)",
 	"STRATA_METRICS_ADDR":              "serve Prometheus metrics (/metrics, unauthenticated) on this separate address, e.g. :9090 (default off)",
 	"STRATA_PROJECTION_BATCH":          "most events a projection applies per transaction (default 500)",
-	"STRATA_PROJECTION_PARTITIONS":     "projections split into partitions that projector processes share, as projection=count (a power of two from 2 to 16), comma-separated; the projection must declare itself Partitionable (docs/scaling.md)",
+	"STRATA_PROJECTION_PARTITIONS":     "projections split into partitions that projector processes share, as projection=count (a power of two from 2 to 16), comma-separated; the projection must declare itself Partitionable and the database needs `strata migrate partition-log` once (docs/scaling.md)",
 	"STRATA_PROJECTION_GATHER":         "shortest time between two batches a projection (or the group) applies at the head while appends keep waking it: a longer one gathers more events per transaction, at that much more read-model lag (default 5ms)",
 	"STRATA_PROJECTION_GROUP":          "run every projection on one session, one read and one transaction per wake-up (default true; false: one runner session per projection)",
 	"STRATA_PROJECTION_POLL":           "how often projection runners read the log when nothing wakes them, e.g. 1s or 250ms (default 1s)",

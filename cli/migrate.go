@@ -13,7 +13,7 @@ import (
 
 func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: strata migrate up|status|down [--steps N]")
+		fmt.Fprintln(stderr, "usage: strata migrate up|status|down [--steps N] | partition-log")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("migrate "+args[0], flag.ContinueOnError)
@@ -44,6 +44,11 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 			// Then every placement, one at a time (migrate_placements.go).
 			err = migratePlacements(ctx, e, url, stdout)
 		}
+	case "partition-log":
+		// The log by partition, which partitioned projections read
+		// (db.EnablePartitionLog): the control plane's, then every
+		// placement's. It rewrites each events table once.
+		err = enablePartitionLogs(ctx, url, stdout)
 	case "down":
 		// The control plane's only: placements are reverted one by one
 		// with their own URL as DATABASE_URL.
@@ -82,7 +87,7 @@ func cmdMigrate(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 			}
 		}
 	default:
-		fmt.Fprintf(stderr, "strata migrate: unknown subcommand %q: want up, status or down\n", args[0])
+		fmt.Fprintf(stderr, "strata migrate: unknown subcommand %q: want up, status, down or partition-log\n", args[0])
 		return exitUsage
 	}
 	if err != nil {

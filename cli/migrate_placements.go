@@ -125,3 +125,32 @@ func oneLineErr(err error) string {
 	}
 	return s
 }
+
+// enablePartitionLogs adds the partition log to the control plane and to
+// every placement (`strata migrate partition-log`), one at a time; a
+// placement that fails does not stop the others.
+func enablePartitionLogs(ctx context.Context, ownerURL string, stdout io.Writer) error {
+	ps, err := otherPlacements(ctx, ownerURL)
+	if err != nil {
+		return err
+	}
+	targets := append([]placement.Placement{{Name: placement.Pool, URL: ownerURL}}, ps...)
+	var failed []string
+	for _, p := range targets {
+		fmt.Fprintf(stdout, "placement %s: ", p.Name)
+		added, err := db.EnablePartitionLog(ctx, p.URL)
+		switch {
+		case err != nil:
+			fmt.Fprintf(stdout, "not done: %v\n", err)
+			failed = append(failed, p.Name)
+		case added:
+			fmt.Fprintln(stdout, "partition log added (events.bucket and events_partition_log)")
+		default:
+			fmt.Fprintln(stdout, "partition log present")
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d databases without the partition log (%s): run it again once the cause is fixed", len(failed), len(targets), strings.Join(failed, ", "))
+	}
+	return nil
+}

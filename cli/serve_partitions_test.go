@@ -1,10 +1,15 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-es/strata/examples"
+	"github.com/strata-es/strata/internal/pgtest"
 )
 
 // TestProjectionPartitionsSetting: STRATA_PROJECTION_PARTITIONS names
@@ -41,5 +46,42 @@ func TestProjectionPartitionsSetting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %q", v, err, want)
 		}
+	}
+}
+
+// TestServePartitionsNeedThePartitionLog: serve refuses partitioned
+// projections on a log without the partition log and says what to run;
+// `strata migrate partition-log` adds it once (a second run has nothing to
+// do), and serve then runs the partitions.
+func TestServePartitionsNeedThePartitionLog(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	vars := map[string]string{"DATABASE_URL": url, "STRATA_DATA_DIR": t.TempDir(), "STRATA_PROJECTION_PARTITIONS": "order_details=2"}
+	cli := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), args, testEnv(vars), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, _, errOut := cli("migrate", "up"); code != exitOK {
+		t.Fatalf("migrate up: %s", errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, testEnv(vars), &out, &errOut); code == exitOK ||
+		!strings.Contains(errOut.String(), "strata migrate partition-log") {
+		t.Fatalf("serve with partitions and no partition log: exit %d\n%s", code, errOut.String())
+	}
+	if code, out, errOut := cli("migrate", "partition-log"); code != exitOK || !strings.Contains(out, "placement pool: partition log added") {
+		t.Fatalf("migrate partition-log: %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := cli("migrate", "partition-log"); code != exitOK || !strings.Contains(out, "placement pool: partition log present") {
+		t.Fatalf("migrate partition-log again: %d %s %s", code, out, errOut)
+	}
+	base, _, stop := startServe(t, vars)
+	defer stop()
+	waitReady(t, base)
+	status, raw, _ := apiCall(t, nil, base, "", http.MethodGet, "/readyz", "")
+	if status != http.StatusOK {
+		t.Fatalf("readyz with partitions: %d %s", status, raw)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/httpapi"
@@ -202,6 +203,18 @@ func wireProjector(a *app) error {
 	// read and decode each batch once between them.
 	shared := projections.NewSharedReads(a.log, a.registry, 0)
 	var share *projections.Share
+	if len(partitions) > 0 && !a.external {
+		// Partitions read the log through its partition log, which a
+		// deployment adds once (`strata migrate partition-log`).
+		has, err := db.HasPartitionLog(context.Background(), a.projPool)
+		if err != nil {
+			return err
+		}
+		if !has {
+			return errors.New("STRATA_PROJECTION_PARTITIONS: this database's event log has no partition log: run `strata migrate partition-log` " +
+				"(once; it rewrites the events table, so choose the moment)")
+		}
+	}
 	if len(partitions) > 0 {
 		share = projections.NewShare(a.projPool, a.logger)
 		a.workers = append(a.workers, worker{name: "partition share", run: share.Run})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
@@ -87,6 +88,9 @@ func TestPartitionsShareTheWorkAndSplitOffTheProjection(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 3*time.Minute)
 	d := testdb.New(t, orderview.Migrations)
+	if _, err := db.EnablePartitionLog(ctx, d.AdminURL); err != nil {
+		t.Fatal(err)
+	}
 	store := postgres.New(d.App, d.Projector)
 	details := orderview.NewOrderDetails(orderview.OrderDetailsTables{})
 	name := details.Name()
@@ -253,6 +257,9 @@ func TestPartitionParksAndRetriesItsStream(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
 	d := testdb.New(t, orderview.Migrations)
+	if _, err := db.EnablePartitionLog(ctx, d.AdminURL); err != nil {
+		t.Fatal(err)
+	}
 	store := postgres.New(d.App, d.Projector)
 	evs := ordertest.Generate(ordertest.Config{Seed: 52, Tenants: 2, Orders: 30, Customers: 3, Start: time.Now()})
 	victim := evs[len(evs)/2]

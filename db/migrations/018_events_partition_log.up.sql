@@ -1,7 +1,7 @@
 -- The log by partition (issue 35 §5, partitioned projections): a projection
 -- split into partitions has each partition read only its own streams'
 -- events, in log order, under the same horizon as the global log's readers,
--- so that N partitions do not each read the whole log.
+-- so that N partitions do not each read the whole log (partition_log.go).
 --
 -- stream_bucket maps a stream onto one of 16 buckets: the first byte of
 -- md5(tenant || '/' || stream), low four bits (eventstore.BucketOf computes
@@ -12,14 +12,10 @@ CREATE FUNCTION stream_bucket(tenant text, stream text) RETURNS smallint
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN (get_byte(decode(md5(tenant || '/' || stream), 'hex'), 0) & 15)::smallint;
 
--- The bucket is stored, not only indexed as an expression: the projector
--- reads the log under row-level security (events_projector_read_all), and
--- PostgreSQL lets such a read use an index condition only when every
--- function in it is leakproof, which stream_bucket's parts are not (and
--- declaring it so takes a superuser). A condition on a column, bucket = b,
--- is. Adding the column rewrites the events table once.
-ALTER TABLE events ADD COLUMN bucket smallint GENERATED ALWAYS AS (stream_bucket(tenant_id, stream_id)) STORED;
-CREATE INDEX events_partition_log ON events (bucket, tx_id, position);
+-- The bucket column and its index, events.bucket and events_partition_log,
+-- are not added here: adding a stored column rewrites the events table, and
+-- both cost every append, which a deployment that partitions nothing should
+-- not pay. `strata migrate partition-log` adds them (db.EnablePartitionLog).
 
 -- A partition's checkpoint row (<projection>__part_<p>_of_<n>) says which
 -- projection and partition it is and, when it was split off an earlier

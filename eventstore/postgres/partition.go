@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 )
@@ -70,6 +71,9 @@ func (s *Store) ReadPartition(ctx context.Context, p eventstore.Partition, after
 	})
 	b.Queue("COMMIT")
 	if err := s.projector.SendBatch(ctx, b).Close(); err != nil {
+		if db.SQLState(err) == "42703" { // undefined column: events.bucket
+			return nil, fmt.Errorf("read partition %s: the event log has no partition log: run `strata migrate partition-log`", p)
+		}
 		return nil, translate("read partition "+p.String(), err)
 	}
 	return recs, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/storetest"
@@ -23,6 +24,16 @@ func TestReadPartitionIsTheLogSplitByStream(t *testing.T) {
 	d := testdb.NewPrivate(t, nil).DB // the held transaction pauses every reader of its cluster
 	s := New(d.App, d.Projector)
 	ctx := context.Background()
+	if _, err := s.ReadPartition(ctx, eventstore.Partition{Index: 0, Count: 2}, event.Position{}, 10); err == nil ||
+		!strings.Contains(err.Error(), "strata migrate partition-log") {
+		t.Fatalf("a partition read without the partition log: %v, want an error saying what to run", err)
+	}
+	if added, err := db.EnablePartitionLog(ctx, d.AdminURL); err != nil || !added {
+		t.Fatalf("enable the partition log: %v %v", added, err)
+	}
+	if added, err := db.EnablePartitionLog(ctx, d.AdminURL); err != nil || added {
+		t.Fatalf("enable the partition log again: %v %v, want nothing to do", added, err)
+	}
 	appendOne := func(tenant, stream string) {
 		t.Helper()
 		_, err := s.Append(ctx, eventstore.AppendRequest{Tenant: tenant, Stream: stream, Expected: eventstore.Any,
@@ -127,6 +138,9 @@ func TestReadPartitionIsTheLogSplitByStream(t *testing.T) {
 func TestReadPartitionPlan(t *testing.T) {
 	d := testdb.NewPrivate(t, nil).DB
 	ctx := context.Background()
+	if _, err := db.EnablePartitionLog(ctx, d.AdminURL); err != nil {
+		t.Fatal(err)
+	}
 	conn, err := d.Projector.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/projections"
@@ -30,10 +31,22 @@ type loadScenario struct {
 }
 
 func (e *env) startLoadScenario(ctx context.Context, id string, lc LoadConfig, processes int, arm func() string, extra ...func(i int) []string) (*loadScenario, error) {
+	return e.startLoadScenarioOn(ctx, id, lc, processes, arm, nil, extra...)
+}
+
+// startLoadScenarioOn is startLoadScenario with prepare run on the new
+// database before the processes start.
+func (e *env) startLoadScenarioOn(ctx context.Context, id string, lc LoadConfig, processes int, arm func() string,
+	prepare func(ctx context.Context, url string) error, extra ...func(i int) []string) (*loadScenario, error) {
 	name := "chaos_" + strings.ToLower(id)
 	url, err := e.newStrataDatabase(ctx, name)
 	if err != nil {
 		return nil, err
+	}
+	if prepare != nil {
+		if err := prepare(ctx, url); err != nil {
+			return nil, err
+		}
 	}
 	var specs []procSpec
 	for i := 0; i < processes; i++ {
@@ -228,7 +241,14 @@ func (e *env) runR1(ctx context.Context, r *Result) error {
 	} else {
 		partitioned = func(int) []string { return nil }
 	}
-	s, err := e.startLoadScenario(ctx, R1, cfg.Load, cfg.Processes, arm, partitioned)
+	var prepare func(ctx context.Context, url string) error
+	if cfg.Partitions != "" {
+		prepare = func(ctx context.Context, url string) error { // `strata migrate partition-log`
+			_, err := db.EnablePartitionLog(ctx, url)
+			return err
+		}
+	}
+	s, err := e.startLoadScenarioOn(ctx, R1, cfg.Load, cfg.Processes, arm, prepare, partitioned)
 	if err != nil {
 		return err
 	}
