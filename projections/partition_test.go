@@ -3,6 +3,7 @@ package projections_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -378,5 +379,22 @@ func waitCaughtUp(ctx context.Context, t *testing.T, c *projections.Consistency,
 	defer cancel()
 	if err := c.WaitFor(wctx, end, name); err != nil {
 		t.Fatalf("%s did not reach %s: %v", name, end, err)
+	}
+}
+
+// longNamed is a partitionable projection whose name leaves no room for a
+// partition's suffix in a checkpoint key.
+type longNamed struct{ *orderview.OrderList }
+
+func (longNamed) Name() string { return "order_list_with_a_name_long_enough_to_fill_a_checkpoint_key" }
+
+// TestPartitionKeyTooLong: a partition whose checkpoint key would pass 63
+// bytes is refused when the runner is made, not at its first checkpoint.
+func TestPartitionKeyTooLong(t *testing.T) {
+	p := longNamed{orderview.NewOrderList(orderview.OrderListTables{})}
+	_, err := projections.NewRunner(p, postgres.New(nil, nil), nil, projections.RunnerConfig{Registry: order.Registry,
+		Partition: eventstore.Partition{Index: 0, Count: 2}})
+	if err == nil || !strings.Contains(err.Error(), "longer than 63 bytes") {
+		t.Fatalf("a partition key of %d bytes: %v", len(projections.PartitionKey(p.Name(), eventstore.Partition{Index: 0, Count: 2})), err)
 	}
 }

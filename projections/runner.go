@@ -133,6 +133,9 @@ func NewRunner(p Projection, log eventstore.Log, pool *pgxpool.Pool, cfg RunnerC
 		if key == "" {
 			key = PartitionKey(p.Name(), cfg.Partition)
 		}
+		if !checkpointKey.MatchString(key) {
+			return nil, fmt.Errorf("projection %s: its partition's checkpoint key %q is longer than 63 bytes: give the runner a shorter RunnerConfig.Checkpoint", p.Name(), key)
+		}
 	}
 	if key == "" {
 		key = p.Name()
