@@ -279,7 +279,10 @@ func TestPartitionParksAndRetriesItsStream(t *testing.T) {
 		t.Fatalf("%s parked %d streams, want 1", key, cp.ParkedStreams)
 	}
 	svc, err := replay.New(replay.Config{Registry: order.Registry, Pool: d.Projector, App: d.App, Log: store,
-		Projections: []projections.Projection{list}, Logger: quietLogger(), Runner: projections.RunnerConfig{Registry: order.Registry}})
+		Projections: []projections.Projection{list}, Logger: quietLogger(),
+		// The rebuild parks as the live runner does: for an operator, with
+		// no automatic retry that could unpark the stream before ours.
+		Runner: projections.RunnerConfig{Registry: order.Registry, Failures: projections.FailurePolicy{Attempts: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
