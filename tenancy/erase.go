@@ -165,6 +165,7 @@ type Progress struct {
 type Eraser struct {
 	cfg    EraserConfig
 	tables *db.Classification
+	fence  *Fence
 }
 
 // NewEraser returns an Eraser. It fails on an invalid table declaration
@@ -195,7 +196,9 @@ func NewEraser(cfg EraserConfig) (*Eraser, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
-	return &Eraser{cfg: cfg, tables: tables}, nil
+	fence := NewFence(FenceConfig{Pool: cfg.Pool, Store: cfg.Store, Lease: cfg.Lease, BarrierTimeout: cfg.BarrierTimeout,
+		QuiesceTimeout: cfg.QuiesceTimeout, PollInterval: cfg.PollInterval, RunnerLiveFunc: cfg.RunnerLiveFunc, ExportStaleAfter: cfg.ExportStaleAfter})
+	return &Eraser{cfg: cfg, tables: tables, fence: fence}, nil
 }
 
 // Erasure is a tenant's workflow row, as `strata tenants status` and GET

@@ -12,9 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/internal/pgsession"
 )
 
 func nowUTC() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
@@ -51,10 +49,9 @@ func (e *Eraser) suppress(ctx context.Context, w *Erasure) error {
 // barrier resends the barrier notification until every live member has
 // acknowledged w.Barrier.Version, or the timeout.
 func (e *Eraser) barrier(ctx context.Context, w *Erasure) error {
-	b, err := e.cfg.Store.AwaitBarrier(ctx, BarrierConfig{Pool: e.cfg.Pool, Lease: e.cfg.Lease, Timeout: e.cfg.BarrierTimeout, Poll: e.cfg.PollInterval,
-		OnWait: func(b BarrierState) {
-			e.progress(Progress{Tenant: w.Tenant, Step: StepSuppress, Message: fmt.Sprintf("waiting for %d of %d serving processes to acknowledge", len(b.Waiting), b.MembersLive)})
-		}}, w.Tenant, w.Barrier.Version)
+	b, err := e.fence.Barrier(ctx, w.Tenant, w.Barrier.Version, func(msg string) {
+		e.progress(Progress{Tenant: w.Tenant, Step: StepSuppress, Message: msg})
+	})
 	w.Barrier = b
 	if errors.Is(err, ErrBarrierTimeout) {
 		_ = e.save(ctx, w, "")
@@ -62,140 +59,16 @@ func (e *Eraser) barrier(ctx context.Context, w *Erasure) error {
 	return err
 }
 
-// quiesce waits until no other work on the tenant is going (busy: a
-// running export, an import, an open move), then until the appends in
-// progress when it looks have ended (one of them may hold events of the
-// tenant from before it was erasing; every later append of the tenant is
-// refused by the log), then until every live runner, of whatever kind, has
-// passed the tenant's last event. Transactions elsewhere (another
-// database of the cluster, readers) are not waited for.
-//
-// The relay publishes a batch before it moves its checkpoint past it (or,
-// on watermill-sql, in the transaction that moves it): a relay checkpoint
-// past the tenant's last event means every event of the tenant is on the
-// broker, so the broker's store, erased after this step, is erased after
-// the last publication of the tenant. Hence the relay must be among the
-// runners waited for whenever it is live (RunnerLiveFunc knows every lease
-// family).
+// quiesce waits for the work on the tenant to end (Fence.Quiesce).
 func (e *Eraser) quiesce(ctx context.Context, w *Erasure) error {
-	start := time.Now()
-	deadline := start.Add(e.cfg.QuiesceTimeout)
-	q := QuiesceState{RunnersWaitedOn: []string{}}
-	for {
-		busy, err := e.busy(ctx, w.Tenant)
-		if err != nil {
-			return err
-		}
-		q.Busy = busy
-		if len(busy) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			q.WaitedMS = time.Since(start).Milliseconds()
-			w.Quiesce = q
-			_ = e.save(ctx, w, "")
-			return fmt.Errorf("%w: still going on the tenant: %s", ErrQuiesceTimeout, strings.Join(busy, ", "))
-		}
-		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: "waiting for " + strings.Join(busy, ", ")})
-		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
-			return ctx.Err()
-		}
-	}
-	// The transactions that have written into the log and are still open
-	// hold a RowExclusiveLock on it until they end (pg_locks, readable by
-	// every role): those open now, and only those, are waited for.
-	var writers []string
-	if err := e.cfg.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
-		WHERE relation = 'strata.events'::regclass AND mode = 'RowExclusiveLock' AND granted AND pid <> pg_backend_pid()`).Scan(&writers); err != nil {
-		return fmt.Errorf("find appends in progress: %w", err)
-	}
-	for {
-		var open int
-		if err := e.cfg.Pool.QueryRow(ctx, `SELECT count(DISTINCT virtualtransaction) FROM pg_locks
-			WHERE relation = 'strata.events'::regclass AND virtualtransaction = ANY ($1)`, writers).Scan(&open); err != nil {
-			return fmt.Errorf("wait for appends in progress: %w", err)
-		}
-		q.OpenXacts = open
-		if open == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			q.WaitedMS = time.Since(start).Milliseconds()
-			w.Quiesce = q
-			_ = e.save(ctx, w, "")
-			return fmt.Errorf("%w: %d transactions that were in progress when the tenant became erasing are still open", ErrQuiesceTimeout, open)
-		}
-		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: fmt.Sprintf("waiting for %d transactions that were open when the tenant became erasing", open)})
-		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
-			return ctx.Err()
-		}
-	}
-	var txID, pos string
-	err := e.eraserTx(ctx, w.Tenant, func(tx pgx.Tx) error {
-		// The texts under other names: ORDER BY tx_id, position would
-		// otherwise name the output columns and sort text ("9" after "25").
-		return tx.QueryRow(ctx, `SELECT tx_id::text AS tx_text, position::text AS pos_text FROM events ORDER BY tx_id DESC, position DESC LIMIT 1`).Scan(&txID, &pos)
+	q, err := e.fence.Quiesce(ctx, w.Tenant, "erasing", func(msg string) {
+		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: msg})
 	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		q.WaitedMS = time.Since(start).Milliseconds()
-		w.Quiesce = q
-		return nil // no event: nothing to wait for
-	case err != nil:
-		return fmt.Errorf("find the tenant's last event: %w", err)
+	w.Quiesce = q
+	if errors.Is(err, ErrQuiesceTimeout) {
+		_ = e.save(ctx, w, "")
 	}
-	q.LastEvent = txID + "/" + pos
-	for {
-		type cp struct {
-			name, status string
-			passed       bool
-		}
-		var cps []cp
-		err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `SELECT projection, status, (pos_major, pos_minor) >= ($1::numeric, $2::numeric)
-				FROM projection_checkpoints ORDER BY projection`, txID, pos)
-			if err != nil {
-				return err
-			}
-			cps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (cp, error) {
-				var c cp
-				return c, r.Scan(&c.name, &c.status, &c.passed)
-			})
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("read projection_checkpoints: %w", err)
-		}
-		q.RunnersWaitedOn, q.Lagging = []string{}, nil
-		for _, c := range cps {
-			live := c.status == "running" || c.status == "error"
-			if e.cfg.RunnerLiveFunc != nil {
-				if live, err = e.cfg.RunnerLiveFunc(ctx, c.name); err != nil {
-					return err
-				}
-			}
-			if !live {
-				continue
-			}
-			q.RunnersWaitedOn = append(q.RunnersWaitedOn, c.name)
-			if !c.passed {
-				q.Lagging = append(q.Lagging, c.name)
-			}
-		}
-		q.WaitedMS = time.Since(start).Milliseconds()
-		w.Quiesce = q
-		if len(q.Lagging) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			_ = e.save(ctx, w, "")
-			return fmt.Errorf("%w (waited %s; lagging: %s)", ErrQuiesceTimeout, e.cfg.QuiesceTimeout, strings.Join(q.Lagging, ", "))
-		}
-		e.progress(Progress{Tenant: w.Tenant, Step: StepQuiesce, Message: "waiting for " + strings.Join(q.Lagging, ", ")})
-		if !pgsession.Sleep(ctx, e.cfg.PollInterval) {
-			return ctx.Err()
-		}
-	}
+	return err
 }
 
 // erase erases every store not done yet, recording each.
@@ -329,37 +202,4 @@ func (e *Eraser) receipt(ctx context.Context, w *Erasure) error {
 		return fmt.Errorf("mark the tenant erased: %w", err)
 	}
 	return nil
-}
-
-// busy lists the work on the tenant, other than appends and runners, that
-// can still write or keep its data: export jobs running (a heartbeat
-// within ExportStaleAfter: an abandoned job writes nothing more), an
-// import (its session holds the advisory lock db.ImportLockClass keyed by
-// the tenant's hashtext, for as long as it writes), a move copying or
-// frozen (it copies the tenant to another placement).
-func (e *Eraser) busy(ctx context.Context, tenant domain.TenantID) ([]string, error) {
-	var out []string
-	err := e.cfg.Store.ownerTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-SELECT 'export ' || id::text FROM tenant_exports
-WHERE tenant = $1 AND status = 'running' AND heartbeat_at > now() - $2 * interval '1 millisecond'
-UNION ALL
-SELECT 'move ' || id::text || ' (' || phase || ')' FROM tenant_moves
-WHERE tenant = $1 AND phase IN ('copying', 'frozen')
-UNION ALL
-SELECT 'import (session ' || pid::text || ')' FROM pg_locks
-WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::bigint = $3
-  AND objid::bigint = hashtext($1)::bigint & 4294967295
-  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-ORDER BY 1`, tenant, e.cfg.ExportStaleAfter.Milliseconds(), int64(db.ImportLockClass))
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("find exports, imports and moves of the tenant: %w", err)
-	}
-	return out, nil
 }

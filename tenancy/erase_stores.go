@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
@@ -30,9 +31,10 @@ const (
 	// the relay's watermill-sql copy of the log, now a KindReferencing
 	// table; a workflow begun then and resumed now erases it as one.
 	KindWatermill StoreKind = "watermill"
-	KindAudit     StoreKind = "audit"  // tenant_audit, the platform calls about the tenant
-	KindBroker    StoreKind = "broker" // the relay's NATS JetStream subjects <topic>.<tenant>.>
-	KindESDB      StoreKind = "esdb"   // an EventStoreDB log: the tenant's streams
+	KindAudit     StoreKind = "audit"   // tenant_audit, the platform calls about the tenant
+	KindBroker    StoreKind = "broker"  // the relay's NATS JetStream subjects <topic>.<tenant>.>
+	KindESDB      StoreKind = "esdb"    // an EventStoreDB log: the tenant's streams
+	KindArchive   StoreKind = "archive" // the archive store: objects under tenants/<tenant>/ (package tenancy/archive)
 )
 
 // Mode is how a store's data of the tenant is erased, as the receipt
@@ -70,7 +72,13 @@ func ModeFor(k StoreKind) Mode {
 // eraserTx runs fn as strata_eraser under the tenant: its policies let it
 // see and delete the tenant's rows and nobody else's.
 func (e *Eraser) eraserTx(ctx context.Context, tenant domain.TenantID, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, e.cfg.Pool, func(tx pgx.Tx) error {
+	return eraserTx(ctx, e.cfg.Pool, tenant, fn)
+}
+
+// eraserTx runs fn in a transaction of pool as RoleEraser under the
+// tenant's setting.
+func eraserTx(ctx context.Context, pool *pgxpool.Pool, tenant domain.TenantID, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleEraser); err != nil {
 			return fmt.Errorf("become %s (the owner connection must be a member; run `strata migrate up`): %w", db.RoleEraser, err)
 		}
