@@ -148,6 +148,9 @@ func (lb *LedgerBook) Load(ctx context.Context, conn *pgx.Conn, recs []event.Rec
 	return nil
 }
 
+// upsertLedgerSQL writes a tenant's row from a book that counted none of
+// its events ($11 = 0): a row another holder wrote meanwhile is not
+// overwritten (ErrLedgerMoved).
 const upsertLedgerSQL = `INSERT INTO projection_ledger AS l
     (projection, generation, tenant_id, events, applied, parked, skipped, hash, pos_major, pos_minor)
 VALUES ($1, $2::uuid, $3, $4, $5, $6, $7, $8, $9::text::numeric, $10::text::numeric)
@@ -155,6 +158,15 @@ ON CONFLICT (generation, tenant_id) DO UPDATE SET events = EXCLUDED.events, appl
     parked = EXCLUDED.parked, skipped = EXCLUDED.skipped, hash = EXCLUDED.hash,
     pos_major = EXCLUDED.pos_major, pos_minor = EXCLUDED.pos_minor, updated_at = now()
 WHERE l.events = $11`
+
+// updateLedgerSQL writes a tenant's row from the count the book had
+// ($11 > 0). A row that is gone is not written again from the book's
+// count: the tenant's rows were purged under it (an archive, a move's
+// purge), and the events the book counted are no longer in the log
+// (ErrLedgerMoved; the book forgets the row and reads it again).
+const updateLedgerSQL = `UPDATE projection_ledger SET events = $4, applied = $5, parked = $6, skipped = $7, hash = $8,
+    pos_major = $9::text::numeric, pos_minor = $10::text::numeric, updated_at = now()
+WHERE generation = $2::uuid AND tenant_id = $3 AND events = $11 AND projection = $1`
 
 const insertLedgerMarkSQL = `INSERT INTO projection_ledger_marks (generation, tenant_id, events, hash, pos_major, pos_minor)
 VALUES ($1::uuid, $2, $3, $4, $5::text::numeric, $6::text::numeric)`
@@ -235,9 +247,14 @@ func (lb *LedgerBook) queueRow(b *pgx.Batch, lbt LedgerBatch, t string) bool {
 		return false
 	}
 	was := lbt.was[t]
-	b.Queue(upsertLedgerSQL, lb.name, lb.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
+	sql := upsertLedgerSQL
+	if was > 0 {
+		sql = updateLedgerSQL
+	}
+	b.Queue(sql, lb.name, lb.generation, t, l.Events, l.Applied, l.Parked, l.Skipped, l.Hash[:],
 		u64(l.Last.Major), u64(l.Last.Minor), was).Exec(func(ct pgconn.CommandTag) error {
 		if ct.RowsAffected() != 1 {
+			delete(lb.rows, t) // read it again next time
 			return ErrLedgerMoved
 		}
 		return nil
@@ -246,9 +263,10 @@ func (lb *LedgerBook) queueRow(b *pgx.Batch, lbt LedgerBatch, t string) bool {
 }
 
 // upsertLedgersSQL writes one tenant's rows of several books (a projection
-// group's members) in one statement, each guarded as upsertLedgerSQL
-// guards one: a row is updated only from the count its book had (was), and
-// a row that does not exist is inserted. It returns how many rows it wrote,
+// group's members) in one statement, each guarded as upsertLedgerSQL and
+// updateLedgerSQL guard one: a row is updated only from the count its book
+// had (was), and a row that does not exist is inserted only by a book that
+// counted none of its events. It returns how many rows it wrote,
 // which must be all of them.
 const upsertLedgersSQL = `WITH u AS (
     SELECT * FROM unnest($2::text[], $3::uuid[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bytea[], $9::text[], $10::text[], $11::bigint[])
@@ -261,7 +279,7 @@ const upsertLedgersSQL = `WITH u AS (
 ), ins AS (
     INSERT INTO projection_ledger (projection, generation, tenant_id, events, applied, parked, skipped, hash, pos_major, pos_minor)
     SELECT u.projection, u.generation, $1, u.events, u.applied, u.parked, u.skipped, u.hash, u.pos_major::numeric, u.pos_minor::numeric
-    FROM u WHERE NOT EXISTS (SELECT 1 FROM projection_ledger l WHERE l.generation = u.generation AND l.tenant_id = $1)
+    FROM u WHERE u.was = 0 AND NOT EXISTS (SELECT 1 FROM projection_ledger l WHERE l.generation = u.generation AND l.tenant_id = $1)
     ON CONFLICT (generation, tenant_id) DO NOTHING
     RETURNING 1
 )
@@ -300,6 +318,9 @@ func queueTenantRows(b *pgx.Batch, books []*LedgerBook, lbts []LedgerBatch, t st
 			return err
 		}
 		if n != want {
+			for _, lb := range books {
+				delete(lb.rows, t) // read them again next time
+			}
 			return fmt.Errorf("%w: %d of %d rows of tenant %q written", ErrLedgerMoved, n, want, t)
 		}
 		return nil
