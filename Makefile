@@ -28,8 +28,18 @@ PGBOUNCER ?= $(shell command -v pgbouncer 2>/dev/null || ls /usr/sbin/pgbouncer 
 CHROMIUM ?= $(shell ls /usr/bin/chromium 2>/dev/null)
 
 .PHONY: deps
-deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer and chromium, Ory Hydra) when it is missing
-	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium deps/hydra
+deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer and chromium, Ory Hydra, SeaweedFS) when it is missing
+	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium deps/hydra deps/seaweedfs
+
+# SeaweedFS: the S3-compatible object store of the archive tests
+# (cli/tenants_archive_test.go), built from the Go module proxy into
+# bin/weed by internal/seaweed/build.sh, which pins its version. The tests
+# build it themselves when it is missing; this does it up front.
+.PHONY: deps/seaweedfs
+deps/seaweedfs:
+	@if [ -x bin/weed ]; then exit 0; fi; \
+	echo "make deps: building SeaweedFS into bin/weed (several minutes the first time)"; \
+	sh internal/seaweed/build.sh bin/weed
 
 # Ory Hydra: the OpenID Connect provider of the identity tests
 # (cli/serve_identity_test.go), built from the module proxy into bin/hydra

@@ -115,6 +115,14 @@ var envVars = map[string]string{
 	"STRATA_RETENTION_PLATFORM_AUDIT":      "window of tenant_audit, the platform calls' record, e.g. 365d or keep (default 365d)",
 	"STRATA_PLATFORM_RETENTION_INTERVAL":   "pause between the serving processes' passes deleting expired export jobs and tenant_audit rows (default 10m)",
 
+	// The archive store of cold tenants (docs/tenants.md, "Archive").
+	"STRATA_ARCHIVE_S3_ENDPOINT":      "the archive store's S3 endpoint, http:// or https:// (unset: no archive store)",
+	"STRATA_ARCHIVE_S3_BUCKET":        "the archive store's bucket",
+	"STRATA_ARCHIVE_S3_REGION":        "the archive store's region (empty for servers that ignore it)",
+	"STRATA_ARCHIVE_S3_ACCESS_KEY":    "the archive store's access key (with the secret key; both unset: anonymous)",
+	"STRATA_ARCHIVE_S3_SECRET_KEY":    "the archive store's secret key",
+	"STRATA_ARCHIVE_S3_CREATE_BUCKET": "true: create the bucket when it does not exist (default false)",
+
 	// Process managers (docs/process-managers.md). A module's own settings
 	// (the fulfilment module's payments, say) are declared by the module
 	// (module.Module.Settings), not here.

@@ -387,6 +387,9 @@ func TestConsoleTenantsSuspendResume(t *testing.T) {
 	b.do("erasure of beta", chromedp.Click("#erasure-beta"))
 	b.until("no erasure of beta", has("#tenant-result", "error:")+" && "+has("#tenant-result", "HTTP 404"))
 	b.screenshot("tenant-beta-no-erasure")
+	// No archive store in this installation: the API's 503 shows.
+	b.do("archive of beta", chromedp.Click("#archive-status-beta"))
+	b.until("no archive store", has("#tenant-result", "error:")+" && "+has("#tenant-result", "no archive store"))
 
 	b.do("open who did what", chromedp.Navigate(base+"/console/#/audit"))
 	b.until("the platform trail", has("#audit-platform-table", "suspend")+" && "+has("#audit-platform-table", "resume")+" && "+

@@ -126,6 +126,13 @@ func wireTenancy(ctx context.Context, a *app, roles roleSet, devSecret bool) (te
 			}
 			api.SetEraser(ctx, er, a.logger)
 			go func() { <-ctx.Done(); closeEr() }()
+			ar, err := serveArchiver(ctx, a, store)
+			if err != nil {
+				return tenantWiring{}, err
+			}
+			if ar != nil {
+				api.SetArchiver(ctx, ar, a.logger)
+			}
 		}
 		api.Register(a.api)
 	}

@@ -32,7 +32,7 @@ Usage:
   strata tenants quotas T k=v ... [--json]                       set T's quotas (k= removes one): ` + "rate_commands, rate_queries, in_flight_commands, in_flight_queries, in_flight_waits" + `
   strata tenants export T [--out FILE] [--json]                  write T's archive (events, read models, dead letters, idempotency records)
   strata tenants import FILE [--tenant T] [--wait 2m] [--json]   load an archive into an empty tenant
-` + tenantsTiersUsage + tenantsEraseUsage + tenantsMoveUsage + `
+` + tenantsTiersUsage + tenantsEraseUsage + tenantsMoveUsage + tenantsArchiveUsage + `
 Every call is recorded in tenant_audit as cli:<os user>.
 `
 
@@ -53,6 +53,9 @@ func cmdTenants(ctx context.Context, args []string, e env, stdout, stderr io.Wri
 		return code
 	}
 	if code, ok := cmdTenantsMove(ctx, sub, args[1:], e, stdout, stderr); ok {
+		return code
+	}
+	if code, ok := cmdTenantsArchive(ctx, sub, args[1:], e, stdout, stderr); ok {
 		return code
 	}
 	fs := flag.NewFlagSet("tenants "+sub, flag.ContinueOnError)

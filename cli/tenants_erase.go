@@ -18,6 +18,7 @@ import (
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/pgsession"
 	"github.com/strata-es/strata/tenancy"
+	"github.com/strata-es/strata/tenancy/archive"
 	"github.com/strata-es/strata/tenancy/platformapi"
 	"github.com/strata-es/strata/tenancy/portability"
 )
@@ -247,6 +248,15 @@ func newEraser(e env, pool *pgxpool.Pool, store *tenancy.Store, logger *slog.Log
 	}
 	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" && es != "" {
 		cfg.External = append(cfg.External, esdbErasure{})
+	}
+	// The archive store: an erased tenant leaves no archive behind.
+	objects, err := archiveStore(context.Background(), e)
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("the archive store: %w", err)
+	}
+	if objects != nil {
+		cfg.External = append(cfg.External, archive.ErasureStore{Objects: objects})
 	}
 	er, err := tenancy.NewEraser(cfg)
 	if err != nil {

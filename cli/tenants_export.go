@@ -343,17 +343,33 @@ func exportJobs(ctx context.Context, a *app, store *tenancy.Store) (*portability
 // audit, and pools as strata_app and strata_projector (the serving logins'
 // URLs when set, else the owner's login switching roles).
 func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.Duration) (*portability.Service, func(), error) {
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	url, _, stopDB, err := e.database(ctx, logger)
-	if errors.Is(err, errNoOwnerURL) {
-		return nil, nil, errors.New("DATABASE_URL is not set: export and import run on the owner connection")
-	}
+	p, closeAll, err := openPortabilityParts(ctx, e, stderr, catchUp)
 	if err != nil {
 		return nil, nil, err
 	}
+	return p.svc, closeAll, nil
+}
+
+// portabilityParts are an export and import service and the pools and
+// directory under it (an archive purges and fences with them).
+type portabilityParts struct {
+	svc              *portability.Service
+	owner, app, proj *pgxpool.Pool
+	store            *tenancy.Store
+}
+
+func openPortabilityParts(ctx context.Context, e env, stderr io.Writer, catchUp time.Duration) (portabilityParts, func(), error) {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	url, _, stopDB, err := e.database(ctx, logger)
+	if errors.Is(err, errNoOwnerURL) {
+		return portabilityParts{}, nil, errors.New("DATABASE_URL is not set: export and import run on the owner connection")
+	}
+	if err != nil {
+		return portabilityParts{}, nil, err
+	}
 	if es := e.str("STRATA_EVENT_STORE", "postgres"); es != "postgres" {
 		stopDB()
-		return nil, nil, errors.New("export and import read and write the PostgreSQL log; STRATA_EVENT_STORE names another store")
+		return portabilityParts{}, nil, errors.New("export and import read and write the PostgreSQL log; STRATA_EVENT_STORE names another store")
 	}
 	var pools []*pgxpool.Pool
 	closeAll := func() {
@@ -398,14 +414,14 @@ func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.
 	}
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return portabilityParts{}, nil, err
 	}
 	actor := tenancy.Actor{Subject: "cli:" + osUser()}
 	cfg := portabilityConfig(e.mods)
 	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor, cfg.CatchUp = app, proj, owner, actor.Subject, catchUp
 	if cfg.Registry, err = e.mods.Registry(); err != nil {
 		closeAll()
-		return nil, nil, err
+		return portabilityParts{}, nil, err
 	}
 	cfg.Provision = func(ctx context.Context, t domain.TenantID) error {
 		_, err := store.Provision(ctx, actor, tenancy.ProvisionRequest{ID: t})
@@ -415,9 +431,9 @@ func openPortability(ctx context.Context, e env, stderr io.Writer, catchUp time.
 	svc, err := portability.New(cfg)
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return portabilityParts{}, nil, err
 	}
-	return svc, closeAll, nil
+	return portabilityParts{svc: svc, owner: owner, app: app, proj: proj, store: store}, closeAll, nil
 }
 
 // stderrProgress prints progress lines, at most one a second per phase and

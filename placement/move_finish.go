@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -163,14 +164,26 @@ func (m *Mover) isBack(ctx context.Context, mv Move) (bool, error) {
 // tenant's setting, the log last but one, the relay's copy last; then
 // counts again.
 func (m *Mover) purge(ctx context.Context, s Side, tenant domain.TenantID) (PurgeReceipt, error) {
-	r := PurgeReceipt{Placement: s.Name, Tenant: tenant, Deleted: map[string]int64{}, Remaining: map[string]int64{}}
 	if err := m.caughtUp(ctx, s, m.cfg.CatchUpTimeout); err != nil {
-		return r, fmt.Errorf("before purging %s: %w", s.Name, err)
+		return PurgeReceipt{Placement: s.Name, Tenant: tenant}, fmt.Errorf("before purging %s: %w", s.Name, err)
 	}
-	tables, err := db.EnsureEraserGrants(ctx, s.Owner)
+	return PurgeTenant(ctx, s, tenant)
+}
+
+// PurgeTenant deletes every row of the tenant from the side's tenant
+// tables (found from the catalog: every table with a tenant_id column),
+// as strata_eraser under the tenant's setting, the log last but one and
+// the relay's copy of the log last, except the tables in keep; then counts
+// again and fails naming what is left. The caller makes sure that nothing
+// writes the tenant's rows any more (a move's runners have passed its last
+// event; an archive's fence has held it still).
+func PurgeTenant(ctx context.Context, s Side, tenant domain.TenantID, keep ...string) (PurgeReceipt, error) {
+	r := PurgeReceipt{Placement: s.Name, Tenant: tenant, Deleted: map[string]int64{}, Remaining: map[string]int64{}}
+	all, err := db.EnsureEraserGrants(ctx, s.Owner)
 	if err != nil {
 		return r, err
 	}
+	tables := slices.DeleteFunc(all, func(t string) bool { return slices.Contains(keep, t) })
 	sort.SliceStable(tables, func(i, j int) bool { return tables[i] != "events" && tables[j] == "events" })
 	eraserTx := func(fn func(pgx.Tx) error) error {
 		return pgx.BeginFunc(ctx, s.Owner, func(tx pgx.Tx) error {

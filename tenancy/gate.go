@@ -72,6 +72,8 @@ func (d *Directory) Admit(r *http.Request) *httpapi.Error {
 		return httpapi.Errorf(http.StatusForbidden, httpapi.CodeTenantSuspended, "tenant "+string(tenant)+" is suspended: ask the platform operator")
 	case known && (e.Status == StatusErasing || e.Status == StatusErased):
 		return httpapi.Errorf(http.StatusForbidden, httpapi.CodeTenantSuspended, "tenant "+string(tenant)+" is being erased and is not served")
+	case known && (e.Status == StatusArchiving || e.Status == StatusArchived || e.Status == StatusRehydrating):
+		return httpapi.Errorf(http.StatusForbidden, httpapi.CodeTenantSuspended, "tenant "+string(tenant)+" is "+string(e.Status)+" (its data is in the archive store) and is not served: the platform operator brings it back with `strata tenants rehydrate`")
 	case !d.Required():
 		return nil
 	case known:

@@ -22,6 +22,12 @@ const (
 	StatusSuspended    Status = "suspended" // reversible: data kept, nothing served
 	StatusErasing      Status = "erasing"
 	StatusErased       Status = "erased"
+	// The archive's (package tenancy/archive, migration 019): out of
+	// service while written out, its data only in the archive store, being
+	// imported back.
+	StatusArchiving   Status = "archiving"
+	StatusArchived    Status = "archived"
+	StatusRehydrating Status = "rehydrating"
 )
 
 // DefaultPlacement is the shared database every tenant lives in until

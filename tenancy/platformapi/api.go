@@ -32,6 +32,7 @@ type API struct {
 	exports  *portability.Jobs       // exports.go
 	hitters  *telemetry.HeavyHitters // tiers.go
 	erase    *eraseJobs              // erase.go
+	archive  *archiveJobs            // archive.go
 	refusals *refusals               // record.go
 }
 
@@ -53,6 +54,7 @@ func (a *API) Register(r *mux.Router) {
 	a.registerExports(s)
 	a.registerTiers(s)
 	a.registerErasure(s)
+	a.registerArchive(s)
 	a.registerAudit(s)
 }
 

@@ -360,3 +360,28 @@ func (s *Service) compareReadModels(ctx context.Context, tenant domain.TenantID,
 	}
 	return nil
 }
+
+// Recompare is an import's Wait for an archive imported before (Import
+// answered ErrAlreadyImported): it checks the archive, waits up to wait
+// for the projections to apply the tenant's events and compares the read
+// models with the archive's.
+func (s *Service) Recompare(ctx context.Context, r io.Reader, tenant domain.TenantID, wait time.Duration) (ImportResult, error) {
+	res := ImportResult{Tenant: tenant, ReadModels: map[string]string{}, Complete: true, EventIDs: "kept"}
+	m, err := s.Check(ctx, r, ImportLimits{})
+	if err != nil {
+		return res, err
+	}
+	res.From, res.Manifest, res.Events = m.Tenant, m, m.Files[EventsFile].Count
+	for _, t := range m.Tables() {
+		res.ReadModels[t] = "not compared"
+	}
+	head, _, err := s.head(ctx, tenant)
+	if err == nil {
+		err = s.waitCaughtUp(ctx, head, wait)
+	}
+	if err == nil {
+		res.CaughtUp = true
+		err = s.compareReadModels(ctx, tenant, m, &res)
+	}
+	return res, err
+}

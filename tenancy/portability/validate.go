@@ -280,3 +280,23 @@ func (s *Service) check(ctx context.Context, r io.Reader, lim ImportLimits) (*pl
 	p.digest = contentDigest(m)
 	return p, nil
 }
+
+// Check reads an archive as an import's first pass does — every file
+// against the manifest's count and SHA-256, every line against the format,
+// every event through its module's codec and rules — and writes nothing.
+// It returns the manifest; ErrBadArchive (wrapped) when anything differs.
+// An archive to object storage is checked so after it is read back.
+func (s *Service) Check(ctx context.Context, r io.Reader, lim ImportLimits) (Manifest, error) {
+	if s.cfg.Registry == nil {
+		return Manifest{}, errors.New("portability: checking an archive needs the modules' event registry (Config.Registry)")
+	}
+	lim = lim.withDefaults()
+	if err := lim.Validate(); err != nil {
+		return Manifest{}, err
+	}
+	p, err := s.check(ctx, r, lim)
+	if err != nil {
+		return Manifest{}, err
+	}
+	return p.manifest, nil
+}

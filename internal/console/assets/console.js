@@ -469,6 +469,16 @@
       }
       actions.append(h('button', { type: 'button', id: 'export-' + t.id, text: 'Export ' + t.id, on: { click: () => act(() => startExport(t.id, result)) } }));
       if (erasure) actions.append(h('button', { type: 'button', id: 'erasure-' + t.id, text: 'Erasure of ' + t.id, on: { click: () => act(() => showErasure(t.id, result)) } }));
+      if (archives) {
+        actions.append(h('button', { type: 'button', id: 'archive-status-' + t.id, text: 'Archive of ' + t.id, on: { click: () => act(() => showArchive(t.id, result)) } }));
+        if (t.status === 'archived') {
+          actions.append(h('button', { type: 'button', id: 'rehydrate-' + t.id, text: 'Rehydrate ' + t.id, on: { click: () => act(async () => {
+            await api('POST', '/v1/platform/tenants/' + enc(t.id) + '/rehydrate');
+            say('re-hydration of ' + t.id + ' started');
+            await showArchive(t.id, result);
+          }) } }));
+        }
+      }
       return h('tr', { 'data-tenant': t.id }, [t.id, t.name, h('span', { 'data-status': t.status }, state(t.status), t.status_reason ? ' — ' + t.status_reason : ''),
         h('span', {}, Object.entries(t.quotas || {}).map(([k, v]) => k + ': ' + (v === null ? 'none' : v)).join(', ') || 'defaults'),
         t.tier || '', t.steps_pending.length ? 'pending: ' + t.steps_pending.join(', ') : 'provisioned', actions].map((c) => h('td', {}, c)));
@@ -480,6 +490,8 @@
   // erasure is set when the server documents the erasure routes (they land
   // separately): the console shows what exists.
   let erasure = false;
+  // archives is set when the server documents the archive routes.
+  let archives = false;
 
   async function startExport(id, box) {
     const job = await api('POST', '/v1/platform/tenants/' + enc(id) + '/exports');
@@ -532,6 +544,21 @@
       table('Stores', ['Store', 'Kind', 'Mode', 'State', 'Rows before', 'Rows after', 'Verification'],
         (e.stores || []).map((x) => row(x.name, x.kind, x.mode, state(x.state), String(x.count_before), x.count_after === undefined ? '' : String(x.count_after), x.verification + (x.note ? ' — ' + x.note : ''))), 'erasure-stores'),
       e.receipt ? h('div', {}, h('h4', { text: 'Receipt ' + (e.receipt.receipt_id || '') }), h('p', { text: 'content hash ' + e.receipt.content_hash }), json(e.receipt)) : h('p', { text: 'no receipt yet: the erasure has not finished' })));
+  }
+
+  async function showArchive(id, box) {
+    // Read only but for the re-hydration: an archive purges the tenant's
+    // rows, and is started with `strata tenants archive` or the API.
+    const a = await api('GET', '/v1/platform/tenants/' + enc(id) + '/archive');
+    const r = a.rehydration;
+    box.replaceChildren(h('div', { class: 'result', id: 'archive-result' },
+      h('h3', { text: 'Archive of ' + id + ': ' + a.phase }),
+      h('p', { text: 'requested by ' + a.requested_by + ' (' + a.reason + '), started ' + when(a.started_at) + ', updated ' + when(a.updated_at) + '; the tenant was ' + a.prior_status }),
+      a.last_error ? h('p', { role: 'alert', text: 'error: ' + a.last_error }) : '',
+      a.object_key ? h('p', { text: 'object ' + a.object_key + ' in ' + a.store + ', ' + a.bytes + ' bytes, sha256 ' + a.sha256 }) : '',
+      table('Steps done', ['Step', 'At'], Object.entries(a.steps || {}).map(([k, v]) => row(k, when(v))), 'archive-steps'),
+      a.receipt && a.receipt.content_hash ? h('div', {}, h('h4', { text: 'Receipt' }), h('p', { text: 'content hash ' + a.receipt.content_hash }), json(a.receipt)) : h('p', { text: 'no receipt yet: the archive has not finished' }),
+      r ? table('Re-hydration steps done', ['Step', 'At'], Object.entries(r.steps || {}).map(([k, v]) => row(k, when(v))), 'rehydration-steps') : ''));
   }
 
   // Who did what: the tenant's admin_audit and the platform's tenant_audit.
@@ -604,8 +631,10 @@
       const res = await fetch('/openapi.json', { cache: 'no-store' });
       const doc = await res.json();
       erasure = Object.keys(doc.paths || {}).some((p) => p.endsWith('/erasure'));
+      archives = Object.keys(doc.paths || {}).some((p) => p.endsWith('/tenants/{id}/archive'));
     } catch (e) {
       erasure = false;
+      archives = false;
     }
   }
 
