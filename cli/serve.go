@@ -544,6 +544,11 @@ func (a *app) runWorkers(ctx context.Context, failed <-chan error, shutdown func
 // handler sharing the store, the idempotency records, the registry and the
 // telemetry middleware.
 func wireCommand(a *app) error {
+	// Ready only while a command's commit would succeed: reads alone pass
+	// on a primary orphaned by a failover, or one just promoted whose
+	// synchronous standby has not connected, where every commit waits
+	// (docs/operations.md, "Failover").
+	a.readiness = append(a.readiness, readinessCheck{"database_writes", func(ctx context.Context) error { return writesReady(ctx, a.appPool) }})
 	return a.mods.MountCommands(a.commandAPI, commandapi.Deps{
 		Store:       telemetry.InstrumentStore(a.events, a.metrics),
 		Idempotency: a.store,
@@ -551,6 +556,24 @@ func wireCommand(a *app) error {
 		Placement:   a.placement,
 		Epoch:       a.epoch,
 	}, a.env.get)
+}
+
+// writesReady commits an empty write transaction on pool (db.CheckWritable)
+// and says why it could not.
+func writesReady(ctx context.Context, pool *pgxpool.Pool) error {
+	err := db.CheckWritable(ctx, pool)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errors.New("a commit did not complete in time: no primary accepts writes, or its synchronous standby does not answer")
+	case db.IsUnavailable(err):
+		return errors.New("unreachable")
+	case db.SQLState(err) == "25006" || strings.Contains(err.Error(), "during recovery"):
+		return errors.New("read-only: the database is a standby")
+	default:
+		return err
+	}
 }
 
 // schemaCurrent reports whether every migration line (the engine's and
