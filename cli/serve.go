@@ -558,10 +558,10 @@ func wireCommand(a *app) error {
 	}, a.env.get)
 }
 
-// writesReady commits an empty write transaction on pool (db.CheckWritable)
+// writesReady commits an empty write transaction on pool (db.CommitBarrier)
 // and says why it could not.
 func writesReady(ctx context.Context, pool *pgxpool.Pool) error {
-	err := db.CheckWritable(ctx, pool)
+	err := db.CommitBarrier(ctx, pool)
 	switch {
 	case err == nil:
 		return nil
