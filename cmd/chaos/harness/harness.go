@@ -132,6 +132,8 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runRestore(ctx, r)
 		case Hostile:
 			err = e.runHostile(ctx, r)
+		case Failover:
+			err = e.runFailover(ctx, r)
 		case R11, R12:
 			if tenancy == nil {
 				tenancy, err = e.newTenancyFixture(ctx)
