@@ -191,7 +191,7 @@ clean: ## remove build output
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: build deps/patroni ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE PM1 ERASE MOVE RESTORE HOSTILE FAILOVER and a 3-minute soak (R18) against bin/strata, result table, non-zero exit on a failure (~13 min)
+chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE PM1 ERASE MOVE RESTORE HOSTILE FAILOVER and a 3-minute soak (R18) against bin/strata, result table, non-zero exit on a failure (~13 min)
 	$(GO) build -o bin/chaos ./cmd/chaos
 	./bin/chaos --strata $(BIN) $(CHAOS_FLAGS)
 
