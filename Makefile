@@ -27,9 +27,14 @@ PGBOUNCER ?= $(shell command -v pgbouncer 2>/dev/null || ls /usr/sbin/pgbouncer 
 
 CHROMIUM ?= $(shell ls /usr/bin/chromium 2>/dev/null)
 
+# Patroni and etcd: the FAILOVER scenario of make chaos (docs/chaos.md) runs a
+# three-member Patroni cluster of the local PostgreSQL 15 over a private etcd.
+PATRONI ?= $(shell command -v patroni 2>/dev/null || ls /usr/bin/patroni 2>/dev/null)
+ETCD ?= $(shell command -v etcd 2>/dev/null || ls /usr/bin/etcd 2>/dev/null)
+
 .PHONY: deps
-deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer and chromium, Ory Hydra, SeaweedFS) when it is missing
-	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium deps/hydra deps/seaweedfs
+deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer, chromium, patroni and etcd, Ory Hydra, SeaweedFS) when it is missing
+	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium deps/patroni deps/hydra deps/seaweedfs
 
 # SeaweedFS: the S3-compatible object store of the archive tests
 # (cli/tenants_archive_test.go), built from the Go module proxy into
@@ -78,6 +83,22 @@ deps/chromium:
 		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } || \
 		{ echo "make deps: apt-get install chromium failed"; exit 1; }; \
 	/usr/bin/chromium --version | head -n 1
+
+# Patroni and etcd: the chaos harness's FAILOVER scenario (cmd/chaos/harness,
+# scenario_failover.go) starts its own etcd and three Patroni members from
+# the Debian packages. Installed the same way.
+.PHONY: deps/patroni
+deps/patroni:
+	@if [ -n "$(PATRONI)" ] && [ -n "$(ETCD)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "make deps: patroni or etcd is not installed and this is not root: run 'sudo apt-get install -y patroni etcd-server' (Debian/Ubuntu)"; exit 1; \
+	fi; \
+	command -v apt-get >/dev/null || { echo "make deps: patroni or etcd is not installed and there is no apt-get: install Patroni >= 3 and etcd >= 3.4 on the PATH"; exit 1; }; \
+	echo "make deps: installing patroni and etcd-server (apt-get)"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends patroni etcd-server >/dev/null 2>&1 || \
+		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends patroni etcd-server; } || \
+		{ echo "make deps: apt-get install patroni etcd-server failed"; exit 1; }; \
+	patroni --version | head -n 1; etcd --version | head -n 1
 
 .PHONY: test
 test: deps ## run every test against real PostgreSQL (started by the tests unless $$TEST_DATABASE_URL is set), then every fuzz target briefly
@@ -180,7 +201,7 @@ clean: ## remove build output
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE PM1 ERASE MOVE RESTORE HOSTILE and a 3-minute soak (R18) against bin/strata, result table, non-zero exit on a failure (~12 min)
+chaos: build ## the fault harness (docs/chaos.md): R1 R2 R5 R11 R12 R14 R15 STARVE PM1 ERASE MOVE RESTORE HOSTILE FAILOVER and a 3-minute soak (R18) against bin/strata, result table, non-zero exit on a failure (~13 min)
 	$(GO) build -o bin/chaos ./cmd/chaos
 	./bin/chaos --strata $(BIN) $(CHAOS_FLAGS)
 

@@ -544,6 +544,12 @@ func (a *app) runWorkers(ctx context.Context, failed <-chan error, shutdown func
 // handler sharing the store, the idempotency records, the registry and the
 // telemetry middleware.
 func wireCommand(a *app) error {
+	// Ready only while a command's commit would succeed: reads alone pass
+	// on a primary orphaned by a failover, or one just promoted whose
+	// synchronous standby has not connected, where every commit waits
+	// (docs/operations.md, "Failover").
+	probe := &writeProbe{pool: a.appPool, sem: make(chan struct{}, 1)}
+	a.readiness = append(a.readiness, readinessCheck{"database_writes", probe.check})
 	return a.mods.MountCommands(a.commandAPI, commandapi.Deps{
 		Store:       telemetry.InstrumentStore(a.events, a.metrics),
 		Idempotency: a.store,
@@ -551,6 +557,67 @@ func wireCommand(a *app) error {
 		Placement:   a.placement,
 		Epoch:       a.epoch,
 	}, a.env.get)
+}
+
+// writeProbe is /readyz's database_writes check. /readyz is not
+// authenticated and every barrier costs a transaction ID: it commits one
+// barrier at a time and answers from a success of the last writeProbeFresh
+// (a failure is never reused, so recovery shows at once).
+type writeProbe struct {
+	pool *pgxpool.Pool
+	sem  chan struct{}
+	mu   sync.Mutex
+	okAt time.Time
+}
+
+const writeProbeFresh = 500 * time.Millisecond
+
+func (p *writeProbe) fresh() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Since(p.okAt) < writeProbeFresh
+}
+
+func (p *writeProbe) check(ctx context.Context) error {
+	if p.fresh() {
+		return nil
+	}
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return errNoCommitInTime
+	}
+	defer func() { <-p.sem }()
+	if p.fresh() { // another /readyz committed one meanwhile
+		return nil
+	}
+	err := writesReady(ctx, p.pool)
+	if err == nil {
+		p.mu.Lock()
+		p.okAt = time.Now()
+		p.mu.Unlock()
+	}
+	return err
+}
+
+var errNoCommitInTime = errors.New("a commit did not complete in time: no primary accepts writes, or its synchronous standby does not answer")
+
+// writesReady commits an empty write transaction on pool (db.CommitBarrier)
+// and says why it could not.
+func writesReady(ctx context.Context, pool *pgxpool.Pool) error {
+	err := db.CommitBarrier(ctx, pool)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errNoCommitInTime
+	case db.IsUnavailable(err):
+		return errors.New("unreachable")
+	case db.SQLState(err) == "25006" || strings.Contains(err.Error(), "during recovery"):
+		return errors.New("read-only: the database is a standby")
+	default:
+		return err
+	}
 }
 
 // schemaCurrent reports whether every migration line (the engine's and

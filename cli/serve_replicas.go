@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func queryReplicas(a *app) (*queryapi.ReplicaSet, func(source, fallback string),
 		}
 		return nil, nil, err
 	}
-	for i, u := range strings.Split(raw, ",") {
+	for i, u := range splitURLs(raw) {
 		u = strings.TrimSpace(u)
 		name, err := replicaName(u)
 		if err != nil {
@@ -128,18 +129,51 @@ func replicasUsable(set *queryapi.ReplicaSet) error {
 	return fmt.Errorf("no query replica usable (%s): reads fall back to the primary", strings.Join(states, ", "))
 }
 
-// replicaName is a replica's host:port, its name in metrics and headers
-// (never the password).
+// splitURLs splits STRATA_QUERY_DATABASE_URL into one connection string
+// per replica. A URL may itself name several hosts
+// (postgres://u@r1:5432,r2:5432/strata?target_session_attrs=prefer-standby,
+// docs/operations.md "Failover"), so a list of URLs is split only where the
+// next URL begins, at a comma followed by postgres:// or postgresql://; a
+// list of keyword/value strings at every comma.
+func splitURLs(raw string) []string {
+	if !strings.Contains(raw, "://") {
+		return strings.Split(raw, ",")
+	}
+	var out []string
+	start := 0
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != ',' {
+			continue
+		}
+		next := strings.TrimLeft(raw[i+1:], " \t")
+		if strings.HasPrefix(next, "postgres://") || strings.HasPrefix(next, "postgresql://") {
+			out = append(out, raw[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, raw[start:])
+}
+
+// replicaName is a replica's host:port (every host of a multi-host URL,
+// joined by "|"), its name in metrics and headers (never the password).
 func replicaName(raw string) (string, error) {
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return "", errors.New("invalid connection string")
 	}
-	host := cfg.ConnConfig.Host
-	if strings.HasPrefix(host, "/") {
-		host = "unix:" + host
+	name := func(host string, port uint16) string {
+		if strings.HasPrefix(host, "/") {
+			host = "unix:" + host
+		}
+		return fmt.Sprintf("%s:%d", host, port)
 	}
-	return fmt.Sprintf("%s:%d", host, cfg.ConnConfig.Port), nil
+	names := []string{name(cfg.ConnConfig.Host, cfg.ConnConfig.Port)}
+	for _, f := range cfg.ConnConfig.Fallbacks {
+		if n := name(f.Host, f.Port); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, "|"), nil
 }
 
 func logReplicas(a *app, named []queryapi.NamedPool, maxLag time.Duration) {

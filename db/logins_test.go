@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -223,6 +224,42 @@ func TestLoginURL(t *testing.T) {
 		}
 		if cfg.User != LoginApp || cfg.Password != "" || cfg.Host != "db.example" || cfg.Port != 5433 || cfg.Database != "strata" || cfg.TLSConfig == nil {
 			t.Errorf("LoginURL(%q) = %q: user %q password %q host %q port %d db %q", base, u, cfg.User, cfg.Password, cfg.Host, cfg.Port, cfg.Database)
+		}
+	}
+}
+
+// TestLoginURLKeepsEveryHost: a DATABASE_URL naming every member of a
+// Patroni cluster, with target_session_attrs, gives serving logins that
+// name the same members and ask for the same kind of session, in both
+// connection-string forms (docs/operations.md, "Failover").
+func TestLoginURLKeepsEveryHost(t *testing.T) {
+	for _, base := range []string{
+		"postgres://owner:secret@db1:5432,db2:5433,db3:5434/strata?target_session_attrs=read-write&connect_timeout=5",
+		"host=db1,db2,db3 port=5432,5433,5434 dbname=strata user=owner password=secret target_session_attrs=read-write connect_timeout=5",
+	} {
+		u, err := LoginURL(base, LoginProjector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgx.ParseConfig(u)
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		hosts := []string{fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)}
+		for _, f := range cfg.Fallbacks {
+			if h := fmt.Sprintf("%s:%d", f.Host, f.Port); !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+		if want := []string{"db1:5432", "db2:5433", "db3:5434"}; !slices.Equal(hosts, want) {
+			t.Errorf("LoginURL(%q) = %q: hosts %v, want %v", base, u, hosts, want)
+		}
+		if cfg.User != LoginProjector || cfg.Password != "" || cfg.Database != "strata" || cfg.ConnectTimeout != 5*time.Second {
+			t.Errorf("LoginURL(%q) = %q: user %q password %q db %q connect timeout %s", base, u, cfg.User, cfg.Password, cfg.Database, cfg.ConnectTimeout)
+		}
+		// target_session_attrs=read-write: pgx validates each session.
+		if cfg.ValidateConnect == nil {
+			t.Errorf("LoginURL(%q) = %q: target_session_attrs lost", base, u)
 		}
 	}
 }

@@ -560,18 +560,35 @@ func (s *Store) LookupIdempotency(ctx context.Context, tenant, key string) (even
 	b := &pgx.Batch{}
 	b.Queue(db.SetTenantSQL, tenant)
 	b.Queue(`SELECT request_hash, response, created_at FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`, tenant, key)
-	br := s.app.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return eventstore.IdempotencyRecord{}, false, translate("lookup idempotency key", err)
-	}
-	var rec eventstore.IdempotencyRecord
-	err := br.QueryRow().Scan(&rec.RequestHash, &rec.Response, &rec.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return eventstore.IdempotencyRecord{}, false, nil
-	}
+	rec, found, err := func() (eventstore.IdempotencyRecord, bool, error) {
+		br := s.app.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return eventstore.IdempotencyRecord{}, false, err
+		}
+		var rec eventstore.IdempotencyRecord
+		err := br.QueryRow().Scan(&rec.RequestHash, &rec.Response, &rec.CreatedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return eventstore.IdempotencyRecord{}, false, nil
+		}
+		return rec, err == nil, err
+	}()
 	if err != nil {
 		return eventstore.IdempotencyRecord{}, false, translate("lookup idempotency key", err)
+	}
+	if !found {
+		return rec, false, nil
+	}
+	// The record is about to be answered as the command's outcome. It may
+	// be visible before it is durable: when the first attempt's client
+	// gave up while its COMMIT waited for the synchronous standby, pgx
+	// cancelled the wait and PostgreSQL kept the commit, locally only. A
+	// failover then takes it back, and a replay would have acknowledged a
+	// lost command (db.CommitBarrier). Answer once it is as durable as a
+	// commit of our own; while no standby answers, the retry gets 503 as
+	// its first attempt did.
+	if err := db.CommitBarrier(ctx, s.app); err != nil {
+		return eventstore.IdempotencyRecord{}, false, translate("lookup idempotency key: wait until the record is durable", err)
 	}
 	return rec, true, nil
 }

@@ -26,7 +26,7 @@ const (
 )
 
 // AllScenarios lists every scenario the harness implements, in run order.
-var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Erase, Move, Restore, Hostile, R18}
+var AllScenarios = []string{R1, R2, R5, R11, R12, R14, R15, Starve, PM1, Erase, Move, Restore, Hostile, Failover, R18}
 
 // LoadConfig sizes the command load of R1, R2 and R5.
 type LoadConfig struct {
@@ -252,6 +252,8 @@ type Config struct {
 	Move    MoveConfig    // zero: DefaultMove()
 	Restore RestoreConfig // zero: DefaultRestore()
 	Hostile HostileConfig // zero: DefaultHostile()
+	// Failover needs Patroni and etcd (make deps).
+	Failover FailoverConfig // zero: DefaultFailover()
 }
 
 // Full returns the configuration of `make chaos`: the sizes of the

@@ -33,9 +33,12 @@ var durableSettings = map[string]string{
 
 // env is what the scenarios of one run share.
 type env struct {
-	cfg    Config
-	dir    string
-	pg     *pgembed.Server
+	cfg Config
+	dir string
+	pg  *pgembed.Server
+	// target, when set, is the cluster the scenario's databases are on
+	// instead of pg (FAILOVER's Patroni cluster).
+	target cluster
 	secret []byte
 	logf   func(format string, args ...any)
 }
@@ -129,6 +132,8 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runRestore(ctx, r)
 		case Hostile:
 			err = e.runHostile(ctx, r)
+		case Failover:
+			err = e.runFailover(ctx, r)
 		case R11, R12:
 			if tenancy == nil {
 				tenancy, err = e.newTenancyFixture(ctx)
@@ -198,18 +203,34 @@ func (e *env) rng(names ...string) *mrand.Rand {
 	return mrand.New(mrand.NewPCG(uint64(e.cfg.Seed), h.Sum64()))
 }
 
+// cluster is what the harness needs of a PostgreSQL cluster to make
+// databases and read them: pgembed's Server, or FAILOVER's Patroni cluster
+// (whose URLs name every member and ask for the one that accepts writes).
+type cluster interface {
+	URL() string
+	URLFor(database string) string
+}
+
+// cluster is the scenario's cluster: target when set, else pg.
+func (e *env) cluster() cluster {
+	if e.target != nil {
+		return e.target
+	}
+	return e.pg
+}
+
 // adminURL is a superuser URL to database name (setup, checks and fault
 // injection only; strata's own pools switch to their roles).
-func (e *env) adminURL(name string) string { return e.pg.URLFor(name) }
+func (e *env) adminURL(name string) string { return e.cluster().URLFor(name) }
 
 // createDatabase makes an empty database.
 func (e *env) createDatabase(ctx context.Context, name string) error {
-	return createDatabaseOn(ctx, e.pg, name)
+	return createDatabaseOn(ctx, e.cluster(), name)
 }
 
 // createDatabaseOn makes an empty database on the cluster srv (MOVE
 // starts a second one).
-func createDatabaseOn(ctx context.Context, srv *pgembed.Server, name string) error {
+func createDatabaseOn(ctx context.Context, srv cluster, name string) error {
 	conn, err := pgx.Connect(ctx, srv.URL())
 	if err != nil {
 		return err
@@ -221,12 +242,23 @@ func createDatabaseOn(ctx context.Context, srv *pgembed.Server, name string) err
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
+	if r, ok := srv.(replicated); ok {
+		return r.awaitDatabase(ctx, name)
+	}
 	return nil
+}
+
+// replicated is a cluster of several members (Patroni's), whose standbys
+// must have replayed a new database before a multi-host URL can name it:
+// pgx (like libpq) gives up on the first member that answers "database
+// does not exist" instead of trying the next one.
+type replicated interface {
+	awaitDatabase(ctx context.Context, name string) error
 }
 
 // dropDatabase removes a database (best effort).
 func (e *env) dropDatabase(ctx context.Context, name string) {
-	conn, err := pgx.Connect(ctx, e.pg.URL())
+	conn, err := pgx.Connect(ctx, e.cluster().URL())
 	if err != nil {
 		return
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples"
-	"github.com/strata-es/strata/internal/pgembed"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -135,13 +134,13 @@ type rebuildVerdict struct {
 // from the first event by the projections package itself; then it compares
 // per table and tenant the checksum of the rows.
 func (e *env) compareWithRebuild(ctx context.Context, liveDB string) (rebuildVerdict, error) {
-	return compareWithRebuildOn(ctx, e.pg, liveDB)
+	return compareWithRebuildOn(ctx, e.cluster(), liveDB)
 }
 
 // compareWithRebuildOn is compareWithRebuild for a database of the cluster
 // srv; the reference is built on the same cluster, so that the copied
 // transaction ids are that cluster's own.
-func compareWithRebuildOn(ctx context.Context, srv *pgembed.Server, liveDB string) (rebuildVerdict, error) {
+func compareWithRebuildOn(ctx context.Context, srv cluster, liveDB string) (rebuildVerdict, error) {
 	var v rebuildVerdict
 	refDB := liveDB + "_rebuild"
 	if err := createDatabaseOn(ctx, srv, refDB); err != nil {
