@@ -178,24 +178,10 @@ func NewEraser(cfg EraserConfig) (*Eraser, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ExportStaleAfter <= 0 {
-		cfg.ExportStaleAfter = 30 * time.Second
-	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = DefaultLease
-	}
-	if cfg.BarrierTimeout <= 0 {
-		cfg.BarrierTimeout = time.Minute
-	}
-	if cfg.QuiesceTimeout <= 0 {
-		cfg.QuiesceTimeout = time.Minute
-	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 2000
 	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
+	// The barrier's and the quiescence's defaults are the Fence's.
 	fence := NewFence(FenceConfig{Pool: cfg.Pool, Store: cfg.Store, Lease: cfg.Lease, BarrierTimeout: cfg.BarrierTimeout,
 		QuiesceTimeout: cfg.QuiesceTimeout, PollInterval: cfg.PollInterval, RunnerLiveFunc: cfg.RunnerLiveFunc, ExportStaleAfter: cfg.ExportStaleAfter})
 	return &Eraser{cfg: cfg, tables: tables, fence: fence}, nil

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/strata-es/strata/internal/toolbuild"
 )
 
 // EnvBinary names the variable that points at a hydra binary.
@@ -56,7 +58,7 @@ func Binary() (string, error) {
 		}
 		return p, nil
 	}
-	root, err := moduleRoot()
+	root, err := toolbuild.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -67,58 +69,26 @@ func Binary() (string, error) {
 	return bin, build(root, bin)
 }
 
-// build compiles Hydra from the tool module into bin, under a lock so that
-// test binaries starting at once build it once.
+// build compiles Hydra from the tool module into bin, under a lock
+// (toolbuild.Locked).
 func build(root, bin string) error {
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return err
-	}
-	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if _, err := os.Stat(bin); err == nil {
-		return nil // built by another test binary meanwhile
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			return errors.New("hydra: no binary ($HYDRA, bin/hydra) and no go command to build one: run `make deps`")
+	return toolbuild.Locked(bin, func() error {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			if _, err := os.Stat(goBin); err != nil {
+				return errors.New("hydra: no binary ($HYDRA, bin/hydra) and no go command to build one: run `make deps`")
+			}
 		}
-	}
-	tmp := bin + ".building"
-	cmd := exec.Command(goBin, "build", "-o", tmp, "github.com/ory/hydra/v2")
-	cmd.Dir = filepath.Join(root, "internal", "hydra", "tool")
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("hydra: build from internal/hydra/tool: %v\n%s", err, out)
-	}
-	return os.Rename(tmp, bin)
-}
-
-// moduleRoot finds the directory of strata's go.mod above the working
-// directory (a test's is its package's).
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/strata-es/strata\n")) {
-			return dir, nil
+		tmp := bin + ".building"
+		cmd := exec.Command(goBin, "build", "-o", tmp, "github.com/ory/hydra/v2")
+		cmd.Dir = filepath.Join(root, "internal", "hydra", "tool")
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("hydra: build from internal/hydra/tool: %v\n%s", err, out)
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("hydra: strata's go.mod not found above the working directory")
-		}
-		dir = parent
-	}
+		return os.Rename(tmp, bin)
+	})
 }
 
 // Start migrates the database at dsn for Hydra and starts it; it is

@@ -10,7 +10,6 @@
 package seaweed
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +25,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/strata-es/strata/internal/toolbuild"
 )
 
 // EnvBinary names the variable that points at a weed binary.
@@ -52,7 +53,7 @@ func Binary() (string, error) {
 		}
 		return p, nil
 	}
-	root, err := moduleRoot()
+	root, err := toolbuild.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -63,46 +64,15 @@ func Binary() (string, error) {
 	return bin, build(root, bin)
 }
 
-// build runs build.sh under a lock, so that test binaries starting at
-// once build it once.
+// build runs build.sh under a lock (toolbuild.Locked).
 func build(root, bin string) error {
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return err
-	}
-	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(bin); err == nil {
-		return nil // built by another test binary meanwhile
-	}
-	cmd := exec.Command("/bin/sh", filepath.Join(root, "internal", "seaweed", "build.sh"), bin)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("seaweed: internal/seaweed/build.sh (or run `make deps`): %v\n%s", err, out)
-	}
-	return nil
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/strata-es/strata\n")) {
-			return dir, nil
+	return toolbuild.Locked(bin, func() error {
+		cmd := exec.Command("/bin/sh", filepath.Join(root, "internal", "seaweed", "build.sh"), bin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("seaweed: internal/seaweed/build.sh (or run `make deps`): %v\n%s", err, out)
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("seaweed: strata's go.mod not found above the working directory")
-		}
-		dir = parent
-	}
+		return nil
+	})
 }
 
 // freePorts returns n loopback ports that are free, each with its gRPC

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 
 	"github.com/gorilla/mux"
 
@@ -22,25 +21,17 @@ const (
 	RouteRehydrate     = "platform.tenant.rehydrate"
 )
 
-// archiveJobs runs archives and re-hydrations in the background of a
-// serving process: one per tenant at a time, on the process's context (a
-// shutdown stops it between steps; POST again, here or from `strata
-// tenants archive|rehydrate`, resumes it).
+// archiveJobs runs archives and re-hydrations in the background
+// (background).
 type archiveJobs struct {
-	ctx      context.Context
+	background
 	archiver *archive.Archiver
-	logger   *slog.Logger
-	mu       sync.Mutex
-	running  map[domain.TenantID]bool
 }
 
 // SetArchiver enables the archive routes; ctx bounds the background jobs.
 // Without it (no archive store configured) they answer 503.
 func (a *API) SetArchiver(ctx context.Context, ar *archive.Archiver, logger *slog.Logger) {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	a.archive = &archiveJobs{ctx: ctx, archiver: ar, logger: logger, running: map[domain.TenantID]bool{}}
+	a.archive = &archiveJobs{background: newBackground(ctx, logger), archiver: ar}
 }
 
 func (a *API) registerArchive(s *mux.Router) {
@@ -63,22 +54,6 @@ func (a *API) archiveReady(w http.ResponseWriter, r *http.Request) (tenancy.Acto
 	return actor, id, ok
 }
 
-// background runs fn for the tenant unless a job of it runs already here.
-func (j *archiveJobs) background(id domain.TenantID, what string, fn func(context.Context) error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.running[id] {
-		return
-	}
-	j.running[id] = true
-	go func() {
-		defer func() { j.mu.Lock(); delete(j.running, id); j.mu.Unlock() }()
-		if err := fn(j.ctx); err != nil {
-			j.logger.Warn("tenant "+what+" stopped; POST again to resume", "tenant", string(id), "error", err.Error())
-		}
-	}()
-}
-
 // startArchive starts (or resumes) the tenant's archive as a job and
 // answers 202 with its record; GET .../archive follows it.
 func (a *API) startArchive(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +72,7 @@ func (a *API) startArchive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rec.Phase == archive.PhaseArchiving {
-		a.archive.background(id, "archive", func(ctx context.Context) error {
+		a.archive.start(id, "archive", func(ctx context.Context) error {
 			_, err := a.archive.archiver.Resume(ctx, id)
 			return err
 		})
@@ -122,7 +97,7 @@ func (a *API) startRehydrate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rec.Phase != archive.PhaseRehydrated {
-		a.archive.background(id, "re-hydration", func(ctx context.Context) error {
+		a.archive.start(id, "re-hydration", func(ctx context.Context) error {
 			_, err := a.archive.archiver.Rehydrate(ctx, actor, id)
 			return err
 		})

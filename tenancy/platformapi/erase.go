@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"sync"
 
 	"github.com/gorilla/mux"
 
@@ -19,25 +18,16 @@ const (
 	RouteErasure = "platform.tenant.erasure"
 )
 
-// eraseJobs runs erasures in the background of a serving process: one
-// per tenant at a time, on the process's context (a shutdown stops it
-// between statements; POST again, here or from `strata tenants erase`,
-// resumes it).
+// eraseJobs runs erasures in the background (background).
 type eraseJobs struct {
-	ctx     context.Context
-	eraser  *tenancy.Eraser
-	logger  *slog.Logger
-	mu      sync.Mutex
-	running map[domain.TenantID]bool
+	background
+	eraser *tenancy.Eraser
 }
 
 // SetEraser enables the erasure routes; ctx bounds the background jobs.
 // Without it they answer 503.
 func (a *API) SetEraser(ctx context.Context, e *tenancy.Eraser, logger *slog.Logger) {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	a.erase = &eraseJobs{ctx: ctx, eraser: e, logger: logger, running: map[domain.TenantID]bool{}}
+	a.erase = &eraseJobs{background: newBackground(ctx, logger), eraser: e}
 }
 
 func (a *API) registerErasure(s *mux.Router) {
@@ -77,18 +67,10 @@ func (a *API) startErase(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if state.NextStep() != "" {
-		j := a.erase
-		j.mu.Lock()
-		if !j.running[id] {
-			j.running[id] = true
-			go func() {
-				defer func() { j.mu.Lock(); delete(j.running, id); j.mu.Unlock() }()
-				if _, err := j.eraser.Run(j.ctx, state); err != nil {
-					j.logger.Warn("tenant erasure stopped; POST erase again to resume", "tenant", string(id), "error", err.Error())
-				}
-			}()
-		}
-		j.mu.Unlock()
+		a.erase.start(id, "erasure", func(ctx context.Context) error {
+			_, err := a.erase.eraser.Run(ctx, state)
+			return err
+		})
 	}
 	httpapi.WriteJSON(w, http.StatusAccepted, state)
 }
