@@ -127,6 +127,10 @@ func (ps *placementSet) attach(ctx context.Context) (attached []*app) {
 	return attached
 }
 
+// attachTimeout is the least time one reload gives to attaching the
+// placements added since the last and refreshing the moves.
+const attachTimeout = 10 * time.Second
+
 func (ps *placementSet) setProblem(name, why string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -245,7 +249,10 @@ loop:
 	for {
 		select {
 		case <-t.C:
-			actx, cancel := context.WithTimeout(ctx, ps.reload)
+			// An attach opens pools and reads a schema's version; a short
+			// reload interval must not starve it (a placement would be
+			// reported unreachable when it was only slow to answer).
+			actx, cancel := context.WithTimeout(ctx, max(ps.reload, attachTimeout))
 			for _, child := range ps.attach(actx) {
 				start(child)
 			}
