@@ -40,6 +40,7 @@ Usage:
   strata replay  status|rebuild|dlq ...                             projections' status, rebuilds, dead letters (replay help)
   strata tenants list|show|provision|suspend|resume|quotas ...      the tenant directory (tenants help)
   strata placements add|list|status ...                             the databases tenants are placed in (placements help)
+  strata keys    status|rotate [--json]                             the keys of personal data: status, rotation (keys help)
   strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token (--scope platform: the directory's routes)
   strata token   --console [--tenant T --scope admin,platform]     print a login URL of the console (/console, docs/console.md)
   strata db      reset                                              stop the embedded PostgreSQL and delete its data
@@ -74,6 +75,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdTenants(ctx, args[1:], env, stdout, stderr)
 	case "placements":
 		return cmdPlacements(ctx, args[1:], env, stdout, stderr)
+	case "keys":
+		return cmdKeys(ctx, args[1:], env, stdout, stderr)
 	case "token":
 		return cmdToken(args[1:], env, stdout, stderr)
 	case "db":

@@ -116,6 +116,7 @@ var envVars = map[string]string{
 	"STRATA_PLATFORM_RETENTION_INTERVAL":   "pause between the serving processes' passes deleting expired export jobs and tenant_audit rows (default 10m)",
 
 	// The archive store of cold tenants (docs/tenants.md, "Archive").
+	"STRATA_KEK_FILE":                 "a file holding the key-encryption key (32 bytes, base64 or hex) that wraps the data keys of personal data (unset: a key held in each database; docs/personal-data.md)",
 	"STRATA_ARCHIVE_S3_ENDPOINT":      "the archive store's S3 endpoint, http:// or https:// (unset: no archive store)",
 	"STRATA_ARCHIVE_S3_BUCKET":        "the archive store's bucket",
 	"STRATA_ARCHIVE_S3_REGION":        "the archive store's region (empty for servers that ignore it)",

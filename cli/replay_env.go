@@ -106,6 +106,9 @@ func openReplay(ctx context.Context, e env, stderr io.Writer, batch int) (*repla
 	}
 	mods := e.mods
 	registry, err := mods.Registry()
+	if err == nil {
+		registry, err = protect(ctx, e, registry, app)
+	}
 	if err != nil {
 		return fail(err)
 	}

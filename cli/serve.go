@@ -293,6 +293,11 @@ func build(ctx context.Context, e env, roles roleSet, logger *slog.Logger, stdou
 	}
 	b.closers = append(b.closers, pools.close)
 	appPool, projPool, embedded := pools.app, pools.proj, conns.embedded
+	// Personal data is sealed and opened with the keys of the database the
+	// tenant is placed in: the pool's here, each placement's in its app.
+	if registry, err = protect(ctx, e, registry, appPool); err != nil {
+		return nil, err
+	}
 
 	a := &app{
 		mods:     mods,

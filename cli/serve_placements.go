@@ -171,9 +171,14 @@ func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app,
 		}
 		return nil, fmt.Errorf("read the schema's version: %w", err)
 	}
+	registry, err := protect(ctx, a.env, a.registry, pools.app)
+	if err != nil {
+		pools.close()
+		return nil, err
+	}
 	child := &app{
 		mods:      a.mods,
-		registry:  a.registry,
+		registry:  registry,
 		logger:    logger,
 		url:       p.URL,
 		appPool:   pools.app,

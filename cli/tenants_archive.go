@@ -160,6 +160,9 @@ func serveArchiver(ctx context.Context, a *app, store *tenancy.Store) (*archive.
 	if cfg.Registry, err = a.env.mods.Registry(); err != nil {
 		return nil, err
 	}
+	if cfg.Registry, err = protect(ctx, a.env, cfg.Registry, a.appPool); err != nil {
+		return nil, err
+	}
 	svc, err := portability.New(cfg)
 	if err != nil {
 		return nil, err

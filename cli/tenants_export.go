@@ -419,7 +419,10 @@ func openPortabilityParts(ctx context.Context, e env, stderr io.Writer, catchUp 
 	actor := tenancy.Actor{Subject: "cli:" + osUser()}
 	cfg := portabilityConfig(e.mods)
 	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor, cfg.CatchUp = app, proj, owner, actor.Subject, catchUp
-	if cfg.Registry, err = e.mods.Registry(); err != nil {
+	if cfg.Registry, err = e.mods.Registry(); err == nil {
+		cfg.Registry, err = protect(ctx, e, cfg.Registry, app)
+	}
+	if err != nil {
 		closeAll()
 		return portabilityParts{}, nil, err
 	}

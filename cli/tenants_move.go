@@ -209,6 +209,9 @@ func (m *moveSides) open(ctx context.Context, name string) (placement.Side, erro
 		m.pools = append(m.pools, pool)
 		*p.pool = pool
 	}
+	if s.Keys, err = keyring(ctx, m.e, s.App); err != nil {
+		return placement.Side{}, err
+	}
 	m.open_[name] = s
 	return s, nil
 }

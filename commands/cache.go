@@ -154,31 +154,43 @@ func packEvent(b []byte, typ string, sv int, data []byte) []byte {
 
 var errBadPack = errors.New("history cache: malformed entry")
 
-// decode returns the payloads of h's events, decoded by reg (upcast to
-// their current schema versions).
-func (h packedHistory) decode(reg *event.Registry) ([]event.Payload, error) {
+// decode returns the payloads of h's events, the history of k, decoded
+// by reg (sealed personal fields opened, upcast to their current schema
+// versions).
+func (h packedHistory) decode(reg *event.Registry, k cacheKey) ([]event.Payload, error) {
 	var out []event.Payload
+	err := h.each(func(typ string, sv int, data []byte) error {
+		p, err := reg.DecodeRecord(event.Record{Tenant: k.tenant, Stream: k.stream, Type: typ, SchemaVersion: sv, Data: data})
+		if err != nil {
+			return err
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
+// each calls fn with each of h's events in order.
+func (h packedHistory) each(fn func(typ string, sv int, data []byte) error) error {
 	for b := []byte(h); len(b) > 0; {
 		typ, rest, ok := cut(b)
 		if !ok {
-			return nil, errBadPack
+			return errBadPack
 		}
 		sv, n := binary.Uvarint(rest)
 		if n <= 0 {
-			return nil, errBadPack
+			return errBadPack
 		}
 		data, rest, ok := cut(rest[n:])
 		if !ok {
-			return nil, errBadPack
+			return errBadPack
 		}
-		p, err := reg.Decode(string(typ), int(sv), data)
-		if err != nil {
-			return nil, err
+		if err := fn(string(typ), int(sv), data); err != nil {
+			return err
 		}
-		out = append(out, p)
 		b = rest
 	}
-	return out, nil
+	return nil
 }
 
 // cut splits a uvarint-length-prefixed field off b.

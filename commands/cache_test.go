@@ -35,7 +35,7 @@ func TestPackedHistoryRoundTrip(t *testing.T) {
 		{Type: "test.noted", SchemaVersion: 2, Data: json.RawMessage(`{"note":"new","qty":3}`)},
 	}
 	packed := packRecords(recs)
-	got, err := packed.decode(reg)
+	got, err := packed.decode(reg, cacheKey{"t", "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestPackedHistoryRoundTrip(t *testing.T) {
 	if string(packed) != before {
 		t.Fatal("with changed the history it extended")
 	}
-	got, err = longer.decode(reg)
+	got, err = longer.decode(reg, cacheKey{"t", "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestPackedHistoryRoundTrip(t *testing.T) {
 	}
 
 	for n := 1; n < len(longer); n++ { // every truncation is refused, never misread
-		if p, err := longer[:n].decode(reg); err == nil && len(p) == 3 {
+		if p, err := longer[:n].decode(reg, cacheKey{"t", "s"}); err == nil && len(p) == 3 {
 			t.Fatalf("a history cut at %d of %d bytes decoded whole", n, len(longer))
 		}
 	}

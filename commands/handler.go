@@ -231,7 +231,7 @@ func startsStream(cmd any) bool {
 func (h *Handler[A]) load(ctx context.Context, key cacheKey, cmd Command[A], opts Options, first bool) ([]event.Record, []event.Payload, packedHistory, error) {
 	if first && opts.ExpectedVersion == nil && opts.Idempotency == nil {
 		if packed, ok := h.cache.get(key); ok {
-			payloads, err := packed.decode(h.cfg.Registry)
+			payloads, err := packed.decode(h.cfg.Registry, key)
 			if err == nil {
 				return nil, payloads, packed, nil
 			}
@@ -305,9 +305,13 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 	if h.cache != nil {
 		appended = make([]packedEvent, len(decided))
 	}
+	sealedKey := h.streamKey(ctx, tenant, history, packed, events)
 	for i, p := range decided {
 		typ, sv, data, err := h.cfg.Registry.Encode(p)
 		if err != nil {
+			return Result{}, err
+		}
+		if data, err = h.cfg.Registry.Seal(ctx, string(tenant), stream, typ, data, sealedKey); err != nil {
 			return Result{}, err
 		}
 		if appended != nil {
@@ -346,6 +350,37 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 		h.cache.put(key, packed.with(appended))
 	}
 	return Result{ID: id, Version: ar.LastVersion, Position: ar.Position}, nil
+}
+
+// streamKey finds the key of the stream's data subject for an event whose
+// personal data is the stream's subject's (event.Registry.StreamKey): from
+// its history (as read, or as cached), then the events the command
+// appends before it.
+func (h *Handler[A]) streamKey(ctx context.Context, tenant domain.TenantID, history []event.Record, packed packedHistory, appending []eventstore.NewEvent) func() (string, error) {
+	return func() (string, error) {
+		return h.cfg.Registry.StreamKey(ctx, string(tenant), func(yield func(string, []byte) bool) {
+			if history != nil {
+				for _, r := range history {
+					if !yield(r.Type, r.Data) {
+						return
+					}
+				}
+			} else {
+				stop := errors.New("stop")
+				_ = packed.each(func(typ string, _ int, data []byte) error {
+					if !yield(typ, data) {
+						return stop
+					}
+					return nil
+				})
+			}
+			for _, e := range appending {
+				if e.Data != nil && !yield(e.Type, e.Data) {
+					return
+				}
+			}
+		})
+	}
 }
 
 // unchanged answers a command that appended nothing: the aggregate's

@@ -21,6 +21,7 @@ func engineTables() []Table {
 		TenantTable("process_history"),
 		TenantTable("projection_ledger"),
 		TenantTable("projection_ledger_marks"),
+		TenantTable("subject_keys"),
 
 		// Tenant-referencing, in the order an erasure deals with them (an
 		// archive's chunks before its job, whose row names the tenant).
@@ -67,6 +68,7 @@ WHERE e.tenant = $1 LIMIT $2))`},
 		GlobalTable("projection_ledger_since", "per checkpoint generation, the position its completeness ledger counts from"),
 		GlobalTable("watermill_offsets_strata_events", "the relay's watermill-sql consumer groups and their offsets"),
 		GlobalTable("engine_settings", "installation-wide settings"),
+		GlobalTable("key_encryption_keys", "the key-encryption keys held in the database (migration 020): they wrap the tenants' data keys and hold no tenant's data"),
 		GlobalTable("tenant_directory_members", "strata's own serving processes (host, pid, heartbeats) for the directory's barrier"),
 		GlobalTable("tenant_tiers", "named default quotas"),
 		GlobalTable("placements", "the databases tenants are placed in"),

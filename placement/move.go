@@ -18,6 +18,7 @@ import (
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/internal/pgsession"
+	"github.com/strata-es/strata/personal"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/tenancy"
 )
@@ -61,6 +62,9 @@ type Side struct {
 	App   *pgxpool.Pool // the strata_app login: the tenant's rows under its setting
 	Proj  *pgxpool.Pool // the strata_projector login: checkpoints, the log's end
 	Owner *pgxpool.Pool // the owner connection: freezes, the purge as strata_eraser
+	// Keys is the keyring of the side's database: a move copies the data
+	// keys of the personal data it copies (nil: the tenant has none).
+	Keys *personal.Keyring
 }
 
 // MoverConfig configures a Mover.
@@ -619,8 +623,22 @@ func (m *Mover) copyEvents(ctx context.Context, mv *Move, src, dst Side, horizon
 		streams[i], ids[i], types[i], versions[i], schemas[i] = x.stream, x.eventID, x.eventType, x.version, x.schema
 		data[i], metadata[i], recorded[i] = string(x.data), string(x.metadata), x.recorded
 	}
+	var keyIDs []string
+	for _, x := range batch {
+		if id := event.SealedKey(x.data); id != "" && !slices.Contains(keyIDs, id) {
+			keyIDs = append(keyIDs, id)
+		}
+	}
+	if len(keyIDs) > 0 && (src.Keys == nil || dst.Keys == nil) {
+		return 0, errors.New("the tenant's events hold sealed personal data, and the move has no keyring to copy its keys")
+	}
 	var inserted int64
 	err = tenantTx(ctx, dst, mv.Tenant, func(tx pgx.Tx) error {
+		// The keys first, in the same transaction: no reader of the
+		// target sees a sealed field without its key.
+		if _, err := personal.CopyKeys(ctx, src.Keys, dst.Keys, tx, string(mv.Tenant), keyIDs); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `INSERT INTO events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata, recorded_at)
 			SELECT current_setting('app.tenant_id'), s, v, e::uuid, t, sv, d::jsonb, md::jsonb, r
 			FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::timestamptz[])

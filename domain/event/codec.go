@@ -26,6 +26,9 @@ type Codec struct {
 	New func() Payload
 	// Upcasters[v] upgrades version v to v+1, for every v < Version.
 	Upcasters map[int]Upcaster
+	// Personal declares the type's personal data, nil when it has none
+	// (personal.go).
+	Personal *Personal
 }
 
 // ErrUnknownType is returned when decoding a type no codec is registered for.
@@ -33,7 +36,8 @@ var ErrUnknownType = errors.New("unknown event type")
 
 // Registry maps event type names to codecs.
 type Registry struct {
-	byType map[string]Codec
+	byType    map[string]Codec
+	protector Protector // seals and opens personal fields; nil: none
 }
 
 // NewRegistry returns a registry holding codecs. It panics on a programming
@@ -57,6 +61,9 @@ func (r *Registry) mustRegister(c Codec) {
 		if c.Upcasters[v] == nil {
 			panic(fmt.Sprintf("event: codec %q lacks an upcaster from v%d", c.Type, v))
 		}
+	}
+	if err := c.validatePersonal(); err != nil {
+		panic(err.Error())
 	}
 	sample := c.New()
 	if sample.EventType() != c.Type {
@@ -110,6 +117,9 @@ func (r *Registry) Decode(typ string, version int, data []byte) (Payload, error)
 	if version < 1 || version > c.Version {
 		return nil, fmt.Errorf("decode %s: schema version %d not in 1..%d", typ, version, c.Version)
 	}
+	if Sealed(data) {
+		return nil, fmt.Errorf("decode %s: %w (decode it as a record)", typ, ErrSealed)
+	}
 	raw := json.RawMessage(data)
 	for v := version; v < c.Version; v++ {
 		var err error
@@ -127,7 +137,12 @@ func (r *Registry) Decode(typ string, version int, data []byte) (Payload, error)
 	return reflect.ValueOf(p).Elem().Interface().(Payload), nil
 }
 
-// DecodeRecord is Decode applied to a stored record.
+// DecodeRecord is Decode applied to a stored record, its sealed personal
+// fields opened first (Open).
 func (r *Registry) DecodeRecord(rec Record) (Payload, error) {
-	return r.Decode(rec.Type, rec.SchemaVersion, rec.Data)
+	data, err := r.Open(rec)
+	if err != nil {
+		return nil, err
+	}
+	return r.Decode(rec.Type, rec.SchemaVersion, data)
 }

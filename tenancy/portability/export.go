@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/placement"
 )
 
@@ -117,6 +118,14 @@ FROM events WHERE tenant_id = $1 ORDER BY tx_id, position`, s.filter(tenant))
 			l.Ordinal++
 			ordinals[head.pos], byEventID[l.EventID] = l.Ordinal, l.Ordinal
 			l.Data, l.Metadata, l.RecordedAt = json.RawMessage(data), json.RawMessage(meta), l.RecordedAt.UTC()
+			// Sealed personal data leaves opened: an archive is the
+			// tenant's own, and its import seals it again under the keys
+			// of its new place; a forgotten subject's fields leave as their
+			// tombstones.
+			if l.Data, err = s.open(event.Record{Tenant: string(tenant), Stream: l.Stream, Type: l.Type, SchemaVersion: l.SchemaVersion, Data: l.Data}); err != nil {
+				rows.Close()
+				return err
+			}
 			if err := ev.write(l); err != nil {
 				rows.Close()
 				return err
@@ -333,4 +342,15 @@ ORDER BY k.ord`, table, db.Schema)
 		return "", fmt.Errorf("read-model table %s: not a tenant table with a primary key in schema %s", table, db.Schema)
 	}
 	return strings.Join(cols, ", "), nil
+}
+
+// open returns rec's JSON with its sealed personal fields opened.
+func (s *Service) open(rec event.Record) (json.RawMessage, error) {
+	if s.cfg.Registry == nil {
+		if event.Sealed(rec.Data) {
+			return nil, fmt.Errorf("export event %s v%d of %s: %w", rec.Stream, rec.Version, rec.Type, event.ErrSealed)
+		}
+		return rec.Data, nil
+	}
+	return s.cfg.Registry.Open(rec)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
 )
 
 // The load (the second pass) writes in bounded transactions, each
@@ -47,6 +48,10 @@ type loader struct {
 	records      int64
 
 	events, idem bool // files read
+
+	// streamKeys holds the key of each stream's data subject, once an
+	// event of the stream was sealed (seal).
+	streamKeys map[string]string
 }
 
 func (l *loader) event(ev *checkedEvent) error {
@@ -59,9 +64,13 @@ func (l *loader) event(ev *checkedEvent) error {
 	if err != nil {
 		return err
 	}
+	data, err := l.seal(line)
+	if err != nil {
+		return err
+	}
 	l.streams, l.versions, l.evIDs, l.types = append(l.streams, line.Stream), append(l.versions, line.Version), append(l.evIDs, l.ids.of(ev.id).String()), append(l.types, line.Type)
-	l.schemas, l.data, l.meta, l.at = append(l.schemas, int32(line.SchemaVersion)), append(l.data, string(line.Data)), append(l.meta, string(meta)), append(l.at, line.RecordedAt)
-	l.bytes += len(line.Data) + len(meta)
+	l.schemas, l.data, l.meta, l.at = append(l.schemas, int32(line.SchemaVersion)), append(l.data, string(data)), append(l.meta, string(meta)), append(l.at, line.RecordedAt)
+	l.bytes += len(data) + len(meta)
 	if len(l.evIDs) >= loadBatchEvents || l.bytes >= loadBatchBytes {
 		return l.flushEvents()
 	}
@@ -161,3 +170,62 @@ func (l *loader) fileDone(name string) error {
 }
 
 func (l *loader) done() bool { return l.events && l.idem }
+
+// seal seals the personal fields of an imported event with the keys of
+// its subjects in the tenant it is imported as: an archive holds them
+// opened (Service.open), and a key is the tenant's own.
+func (l *loader) seal(line *EventLine) ([]byte, error) {
+	reg := l.s.cfg.Registry
+	if reg == nil {
+		return line.Data, nil
+	}
+	data, err := reg.Seal(l.ctx, string(l.tenant), line.Stream, line.Type, line.Data, func() (string, error) {
+		if id, ok := l.streamKeys[line.Stream]; ok {
+			return id, nil
+		}
+		return l.storedStreamKey(line.Stream)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("event %d (%s v%d of %s): %w", line.Ordinal, line.Type, line.Version, line.Stream, err)
+	}
+	if _, ok := l.streamKeys[line.Stream]; !ok {
+		if id := event.SealedKey(data); id != "" {
+			if l.streamKeys == nil {
+				l.streamKeys = map[string]string{}
+			}
+			l.streamKeys[line.Stream] = id
+		}
+	}
+	return data, nil
+}
+
+// storedStreamKey finds the subject key of a stream whose first events an
+// earlier run of the import wrote.
+func (l *loader) storedStreamKey(stream string) (string, error) {
+	var types, datas []string
+	err := tenantTx(l.ctx, l.s.cfg.App, db.RoleApp, l.tenant, false, func(tx pgx.Tx) error {
+		rows, err := tx.Query(l.ctx, `SELECT event_type, data::text FROM events WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version`, l.tenant, stream)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var typ, data string
+			if err := rows.Scan(&typ, &data); err != nil {
+				return err
+			}
+			types, datas = append(types, typ), append(datas, data)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return "", err
+	}
+	return l.s.cfg.Registry.StreamKey(l.ctx, string(l.tenant), func(yield func(string, []byte) bool) {
+		for i := range types {
+			if !yield(types[i], []byte(datas[i])) {
+				return
+			}
+		}
+	})
+}

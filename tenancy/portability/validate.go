@@ -178,6 +178,9 @@ func (c *checker) event(n int64, raw []byte) (*checkedEvent, error) {
 	if hasNUL(l.Data) || hasNUL(l.Metadata) {
 		return nil, bad("a string holds U+0000, which PostgreSQL's jsonb cannot store")
 	}
+	if event.Sealed(l.Data) {
+		return nil, bad("%v", event.ErrForgedSeal)
+	}
 	p, err := c.s.cfg.Registry.DecodeStrict(l.Type, l.SchemaVersion, l.Data)
 	if err != nil {
 		return nil, bad("%v", err)

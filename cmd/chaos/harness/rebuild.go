@@ -17,6 +17,7 @@ import (
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples"
+	"github.com/strata-es/strata/personal"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -161,6 +162,19 @@ func compareWithRebuildOn(ctx context.Context, srv cluster, liveDB string) (rebu
 	}
 	defer ref.Close(context.WithoutCancel(ctx))
 
+	// The keys of the personal data first (the data keys and the KEKs
+	// that wrap them): without them, the rebuild would read every sealed
+	// field as shredded.
+	for _, t := range []string{"strata.key_encryption_keys", "strata.subject_keys"} {
+		var keys bytes.Buffer
+		if _, err := live.PgConn().CopyTo(ctx, &keys, "COPY "+t+" TO STDOUT"); err != nil {
+			return v, fmt.Errorf("copy %s out: %w", t, err)
+		}
+		if _, err := ref.PgConn().CopyFrom(ctx, &keys, "COPY "+t+" FROM STDIN"); err != nil {
+			return v, fmt.Errorf("copy %s in: %w", t, err)
+		}
+	}
+
 	// COPY keeps the identity column's values (like OVERRIDING SYSTEM
 	// VALUE), and tx_id is copied as is: xids are cluster-wide and all of
 	// these are in the past, so the rebuild reads the log in the very same
@@ -190,8 +204,9 @@ func compareWithRebuildOn(ctx context.Context, srv cluster, liveDB string) (rebu
 		return v, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	registry := examples.All().MustRegistry().Protect(personal.NewKeyring(app, personal.DatabaseKEKs(ctx, app, nil), personal.Config{}))
 	for _, p := range examples.All().Projections() {
-		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{BatchSize: 2000, Registry: examples.All().MustRegistry(), Logger: quiet})
+		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{BatchSize: 2000, Registry: registry, Logger: quiet})
 		if err != nil {
 			return v, err
 		}

@@ -97,16 +97,29 @@ func (Placed) EventType() string      { return TypePlaced }
 func (Paid) EventType() string        { return TypePaid }
 func (Cancelled) EventType() string   { return TypeCancelled }
 
+// The personal data of orders (docs/personal-data.md): an order's
+// customer ID is its data subject and personal; the payment reference of
+// its payment is the customer's too. Once a customer is forgotten, their
+// ID reads as ErasedCustomerPrefix and a pseudonym (one per forgotten
+// customer, so that a customer's totals stay apart), and their payment
+// references as ErasedPaymentReference. Both pass the events' Validate.
+const (
+	ErasedCustomerPrefix   = "erased-"
+	ErasedPaymentReference = "erased"
+)
+
 // Codecs describes every order event for an event.Registry. Each call returns
 // fresh values, so callers may combine them with other aggregates' codecs.
 func Codecs() []event.Codec {
 	return []event.Codec{
-		{Type: TypeCreated, Version: 1, New: func() event.Payload { return new(Created) }},
+		{Type: TypeCreated, Version: 1, New: func() event.Payload { return new(Created) }, Personal: &event.Personal{
+			Subject: "customer_id", Fields: []event.PersonalField{{Name: "customer_id", Tombstone: event.Pseudonym(ErasedCustomerPrefix)}}}},
 		{Type: TypeLineAdded, Version: 2, New: func() event.Payload { return new(LineAdded) },
 			Upcasters: map[int]event.Upcaster{1: upcastLineAddedV1}},
 		{Type: TypeLineRemoved, Version: 1, New: func() event.Payload { return new(LineRemoved) }},
 		{Type: TypePlaced, Version: 1, New: func() event.Payload { return new(Placed) }},
-		{Type: TypePaid, Version: 1, New: func() event.Payload { return new(Paid) }},
+		{Type: TypePaid, Version: 1, New: func() event.Payload { return new(Paid) }, Personal: &event.Personal{
+			Fields: []event.PersonalField{{Name: "payment_reference", Tombstone: event.Erased(ErasedPaymentReference)}}}},
 		{Type: TypeCancelled, Version: 1, New: func() event.Payload { return new(Cancelled) }},
 	}
 }

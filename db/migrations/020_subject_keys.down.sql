@@ -1,0 +1,2 @@
+DROP TABLE subject_keys;
+DROP TABLE key_encryption_keys;

@@ -1,0 +1,394 @@
+package event
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"sort"
+	"strings"
+)
+
+// b64 encodes envelopes' ciphertexts.
+var b64 = base64.RawStdEncoding
+
+// Personal declares the personal data of one event type (ARCHITECTURE
+// decision 16): which top-level fields of its JSON are personal, and whose
+// they are. A registry with a Protector seals those fields before the log,
+// each with the key of its data subject, and opens them on every read;
+// once a subject's key is destroyed, every path decodes its fields to the
+// declared tombstones, the same on every read, so a rebuild after the
+// erasure still equals the live read model.
+type Personal struct {
+	// Subject names the field holding the data subject's ID (a customer's,
+	// say), itself usually personal too. Empty: the subject is the
+	// stream's, the one an earlier event of the same stream named (an
+	// order's payment belongs to the order's customer).
+	Subject string
+	// Fields are the personal fields, by JSON name.
+	Fields []PersonalField
+}
+
+// PersonalField is one personal field of an event and what it decodes to
+// once its subject is forgotten.
+type PersonalField struct {
+	Name string
+	// Tombstone gives the value the field decodes to after the erasure.
+	// It must be a valid value of the field for the module (its events'
+	// Validate and its aggregates see it): Erased for a constant,
+	// Pseudonym for a value that differs between forgotten subjects and
+	// names none of them.
+	Tombstone Tombstone
+}
+
+// Tombstone returns the value of an erased field, from the forgotten
+// subject's pseudonym: a string derived from the destroyed key's ID alone,
+// the same for every field and event of that subject and nothing a reader
+// can trace back to the person. It must be a pure function: every rebuild
+// depends on it answering the same.
+type Tombstone func(pseudonym string) any
+
+// Erased is the tombstone that is always v.
+func Erased(v any) Tombstone { return func(string) any { return v } }
+
+// Pseudonym is the tombstone prefix followed by the subject's pseudonym:
+// erased subjects stay apart (a read model keyed by customer keeps one row
+// per forgotten customer) without naming any of them.
+func Pseudonym(prefix string) Tombstone { return func(p string) any { return prefix + p } }
+
+// SealedField is the only key of the JSON object that stands for a sealed
+// field in a stored event: {"$sealed": "v1.<key ID>.<base64 ciphertext>"}.
+// An object with that one key is never a module's own value, so every
+// reader can tell a sealed field from data.
+const SealedField = "$sealed"
+
+// sealedMarker finds an event's sealed fields cheaply before any parsing.
+var sealedMarker = []byte(`"` + SealedField + `"`)
+
+// Errors of personal data.
+var (
+	// ErrShredded: the key of a sealed field's subject was destroyed (the
+	// subject was erased). A Protector's Open returns it; the registry
+	// decodes the field to its tombstone.
+	ErrShredded = errors.New("the data subject's key was destroyed")
+	// ErrSealed: an event holds sealed personal data and the registry has
+	// no Protector to open it (a tool run without the keyring).
+	ErrSealed = errors.New("the event holds sealed personal data and this registry has no keyring")
+	// ErrNoSubject: an event whose personal data belongs to its stream's
+	// subject, in a stream where no earlier event named one.
+	ErrNoSubject = errors.New("personal data without a data subject")
+	// ErrForgedSeal: an event to be written holds an object shaped as a
+	// sealed field ({"$sealed": ...}) that no Protector made.
+	ErrForgedSeal = errors.New(`the event holds a value shaped as a sealed field ({"` + SealedField + `": ...}), which only strata's keyring writes`)
+)
+
+// Binding is what a sealed value is bound to (the AEAD's associated
+// data): the tenant, the stream, the event type and the field. A sealed
+// value copied anywhere else does not open.
+type Binding struct {
+	Tenant, Stream, Type, Field string
+}
+
+// Protector seals personal fields with their subjects' keys and opens
+// them. strata's keyring (package personal) is one; the key never leaves
+// it.
+type Protector interface {
+	// SubjectKey returns the ID of the key of tenant's data subject,
+	// creating the key on first use.
+	SubjectKey(ctx context.Context, tenant, subject string) (string, error)
+	// Seal encrypts value (one field's JSON) with key keyID, bound to b,
+	// and returns the envelope.
+	Seal(ctx context.Context, keyID string, b Binding, value []byte) (Envelope, error)
+	// Open returns the JSON sealed in e; ErrShredded when e's key was
+	// destroyed.
+	Open(ctx context.Context, e Envelope, b Binding) ([]byte, error)
+}
+
+// Envelope is one sealed field: the ID of the key that sealed it and the
+// ciphertext (nonce included).
+type Envelope struct {
+	KeyID string
+	Box   []byte
+}
+
+const envelopeVersion = "v1"
+
+// String is the envelope's stored form.
+func (e Envelope) String() string {
+	return envelopeVersion + "." + e.KeyID + "." + b64.EncodeToString(e.Box)
+}
+
+// ParseEnvelope is the inverse of String.
+func ParseEnvelope(s string) (Envelope, error) {
+	v, rest, ok := strings.Cut(s, ".")
+	if !ok || v != envelopeVersion {
+		return Envelope{}, fmt.Errorf("sealed field: unknown envelope version %q", v)
+	}
+	id, box, ok := strings.Cut(rest, ".")
+	if !ok || id == "" {
+		return Envelope{}, errors.New("sealed field: malformed envelope")
+	}
+	raw, err := b64.DecodeString(box)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("sealed field: %w", err)
+	}
+	return Envelope{KeyID: id, Box: raw}, nil
+}
+
+// PseudonymOf is the pseudonym of the subject whose key is keyID.
+func PseudonymOf(keyID string) string {
+	sum := sha256.Sum256([]byte("strata-pseudonym/v1\x00" + keyID))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Protect returns a registry with r's codecs whose encodings for a
+// tenant's stream seal personal fields with p and whose decodings open
+// them (ErrSealed without one).
+func (r *Registry) Protect(p Protector) *Registry {
+	return &Registry{byType: r.byType, protector: p}
+}
+
+// Protector returns the registry's protector, nil when it has none.
+func (r *Registry) Protector() Protector { return r.protector }
+
+// Personal returns the personal-data declaration of typ, nil when it has
+// none.
+func (r *Registry) Personal(typ string) *Personal {
+	return r.byType[typ].Personal
+}
+
+// HasPersonal reports whether any registered type declares personal data.
+func (r *Registry) HasPersonal() bool {
+	for _, c := range r.byType {
+		if c.Personal != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Sealed reports whether data (an event's stored JSON) holds a sealed
+// field.
+func Sealed(data []byte) bool {
+	_, sealed := sealedFields(data)
+	return len(sealed) > 0
+}
+
+// SealedKey returns the key ID of the first sealed field of data (by
+// field name), "" when it has none: a stream's subject is the one whose
+// key sealed its first personal event.
+func SealedKey(data []byte) string {
+	_, sealed := sealedFields(data)
+	names := make([]string, 0, len(sealed))
+	for k := range sealed {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if e, err := ParseEnvelope(sealed[k]); err == nil {
+			return e.KeyID
+		}
+	}
+	return ""
+}
+
+// StreamKey returns the key of a stream's data subject, from its events
+// in order (type and stored JSON): the key that sealed its first sealed
+// event; or, for history written before its module declared personal
+// data, the key of the subject that the first event of a type naming its
+// subject (Personal.Subject) names in plaintext. "" when neither is found.
+func (r *Registry) StreamKey(ctx context.Context, tenant string, history iter.Seq2[string, []byte]) (string, error) {
+	for typ, data := range history {
+		if id := SealedKey(data); id != "" {
+			return id, nil
+		}
+		p := r.byType[typ].Personal
+		if p == nil || p.Subject == "" || r.protector == nil {
+			continue
+		}
+		var fields map[string]json.RawMessage
+		var subject string
+		if json.Unmarshal(data, &fields) != nil || json.Unmarshal(fields[p.Subject], &subject) != nil || subject == "" {
+			continue
+		}
+		return r.protector.SubjectKey(ctx, tenant, subject)
+	}
+	return "", nil
+}
+
+// Seal seals the personal fields of data, the JSON of an event of type typ
+// for tenant's stream, with the key of the event's subject; streamKey
+// finds the stream's subject key (SealedKey of its earlier events) for a
+// type whose subject is the stream's, and is only called then. Data of a
+// type without personal fields, or of a registry without a protector,
+// comes back as it is.
+func (r *Registry) Seal(ctx context.Context, tenant, stream, typ string, data []byte, streamKey func() (string, error)) ([]byte, error) {
+	if _, forged := sealedFields(data); len(forged) > 0 {
+		// Only a Protector seals: a sealed-looking value that comes in
+		// (a request body, an imported archive) would not open, and every
+		// reader of the event would fail on it.
+		return nil, fmt.Errorf("seal %s: %w", typ, ErrForgedSeal)
+	}
+	c, ok := r.byType[typ]
+	if !ok || c.Personal == nil || r.protector == nil {
+		return data, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+		return nil, fmt.Errorf("seal %s: not a JSON object", typ)
+	}
+	keyID, err := r.subjectKey(ctx, tenant, stream, typ, c.Personal, fields, streamKey)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range c.Personal.Fields {
+		v, ok := fields[f.Name]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		e, err := r.protector.Seal(ctx, keyID, Binding{Tenant: tenant, Stream: stream, Type: typ, Field: f.Name}, v)
+		if err != nil {
+			return nil, fmt.Errorf("seal %s.%s: %w", typ, f.Name, err)
+		}
+		if fields[f.Name], err = json.Marshal(map[string]string{SealedField: e.String()}); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(fields)
+}
+
+func (r *Registry) subjectKey(ctx context.Context, tenant, stream, typ string, p *Personal, fields map[string]json.RawMessage, streamKey func() (string, error)) (string, error) {
+	if p.Subject == "" {
+		if streamKey == nil {
+			return "", fmt.Errorf("seal %s in %s: %w (its subject is the stream's, and no earlier event is known)", typ, stream, ErrNoSubject)
+		}
+		id, err := streamKey()
+		if err != nil {
+			return "", fmt.Errorf("seal %s: %w", typ, err)
+		}
+		if id == "" {
+			return "", fmt.Errorf("seal %s in %s: %w (its subject is the stream's, and no earlier event of the stream named one)", typ, stream, ErrNoSubject)
+		}
+		return id, nil
+	}
+	var subject string
+	if err := json.Unmarshal(fields[p.Subject], &subject); err != nil || subject == "" {
+		return "", fmt.Errorf("seal %s: %w: field %q holds no subject ID", typ, ErrNoSubject, p.Subject)
+	}
+	id, err := r.protector.SubjectKey(ctx, tenant, subject)
+	if err != nil {
+		return "", fmt.Errorf("seal %s: the subject's key: %w", typ, err)
+	}
+	return id, nil
+}
+
+// Open returns rec's JSON with every sealed field opened: its plaintext,
+// or its declared tombstone when the subject's key was destroyed (null
+// for a field its type no longer declares). Without sealed fields the
+// stored JSON comes back as it is.
+func (r *Registry) Open(rec Record) (json.RawMessage, error) {
+	fields, sealed := sealedFields(rec.Data)
+	if len(sealed) == 0 {
+		return rec.Data, nil
+	}
+	if r.protector == nil {
+		return nil, fmt.Errorf("decode %s: %w", rec.Type, ErrSealed)
+	}
+	decl := r.byType[rec.Type].Personal
+	ctx := context.Background()
+	for name, s := range sealed {
+		e, err := ParseEnvelope(s)
+		if err != nil {
+			return nil, fmt.Errorf("decode %s.%s: %w", rec.Type, name, err)
+		}
+		plain, err := r.protector.Open(ctx, e, Binding{Tenant: rec.Tenant, Stream: rec.Stream, Type: rec.Type, Field: name})
+		switch {
+		case errors.Is(err, ErrShredded):
+			if plain, err = json.Marshal(tombstoneOf(decl, name, PseudonymOf(e.KeyID))); err != nil {
+				return nil, err
+			}
+		case err != nil:
+			return nil, fmt.Errorf("decode %s.%s: %w", rec.Type, name, err)
+		}
+		fields[name] = plain
+	}
+	return json.Marshal(fields)
+}
+
+// sealedFields parses data's top-level fields when it may hold sealed
+// ones, and returns the envelopes of those that are, by field name.
+func sealedFields(data []byte) (map[string]json.RawMessage, map[string]string) {
+	if !bytes.Contains(data, sealedMarker) {
+		return nil, nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(data, &fields) != nil {
+		return nil, nil
+	}
+	var sealed map[string]string
+	for name, v := range fields {
+		if s, ok := sealedValue(v); ok {
+			if sealed == nil {
+				sealed = map[string]string{}
+			}
+			sealed[name] = s
+		}
+	}
+	return fields, sealed
+}
+
+func tombstoneOf(decl *Personal, field, pseudonym string) any {
+	if decl == nil {
+		return nil
+	}
+	for _, f := range decl.Fields {
+		if f.Name == field && f.Tombstone != nil {
+			return f.Tombstone(pseudonym)
+		}
+	}
+	return nil
+}
+
+// sealedValue returns the envelope of a field's JSON value when it is a
+// sealed field.
+func sealedValue(v json.RawMessage) (string, bool) {
+	t := bytes.TrimSpace(v)
+	if len(t) == 0 || t[0] != '{' || !bytes.Contains(t, sealedMarker) {
+		return "", false
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(t, &obj) != nil || len(obj) != 1 {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(obj[SealedField], &s) != nil || s == "" {
+		return "", false
+	}
+	return s, true
+}
+
+func (c Codec) validatePersonal() error {
+	p := c.Personal
+	if p == nil {
+		return nil
+	}
+	if len(p.Fields) == 0 {
+		return fmt.Errorf("event: codec %q declares personal data without fields", c.Type)
+	}
+	seen := map[string]bool{}
+	for _, f := range p.Fields {
+		if f.Name == "" || f.Tombstone == nil {
+			return fmt.Errorf("event: codec %q: a personal field needs a name and a tombstone", c.Type)
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("event: codec %q declares personal field %q twice", c.Type, f.Name)
+		}
+		seen[f.Name] = true
+	}
+	return nil
+}
