@@ -28,7 +28,7 @@ type fixture struct {
 	owner *pgxpool.Pool
 }
 
-func newFixture(t *testing.T) fixture {
+func newFixture(t testing.TB) fixture {
 	t.Helper()
 	d := testdb.New(t)
 	// The owner connection, as DATABASE_URL is: the superuser, in strata's

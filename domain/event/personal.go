@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"sort"
 	"strings"
 )
 
@@ -176,21 +175,19 @@ func (r *Registry) HasPersonal() bool {
 // field.
 func Sealed(data []byte) bool {
 	_, sealed := sealedFields(data)
-	return len(sealed) > 0
+	return sealed != nil
 }
 
-// SealedKey returns the key ID of the first sealed field of data (by
-// field name), "" when it has none: a stream's subject is the one whose
-// key sealed its first personal event.
+// SealedKey returns the key ID of the first sealed field of data, "" when
+// it has none: a stream's subject is the one whose key sealed its first
+// personal event (every sealed field of an event has its subject's key).
 func SealedKey(data []byte) string {
 	_, sealed := sealedFields(data)
-	names := make([]string, 0, len(sealed))
-	for k := range sealed {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if e, err := ParseEnvelope(sealed[k]); err == nil {
+	for _, s := range sealed {
+		if s == "" {
+			continue
+		}
+		if e, err := ParseEnvelope(s); err == nil {
 			return e.KeyID
 		}
 	}
@@ -211,12 +208,13 @@ func (r *Registry) StreamKey(ctx context.Context, tenant string, history iter.Se
 		if p == nil || p.Subject == "" || r.protector == nil {
 			continue
 		}
-		var fields map[string]json.RawMessage
-		var subject string
-		if json.Unmarshal(data, &fields) != nil || json.Unmarshal(fields[p.Subject], &subject) != nil || subject == "" {
+		members, ok := topMembers(data)
+		if !ok {
 			continue
 		}
-		return r.protector.SubjectKey(ctx, tenant, subject)
+		if subject, ok := stringMember(data, members, p.Subject); ok && subject != "" {
+			return r.protector.SubjectKey(ctx, tenant, subject)
+		}
 	}
 	return "", nil
 }
@@ -228,7 +226,7 @@ func (r *Registry) StreamKey(ctx context.Context, tenant string, history iter.Se
 // type without personal fields, or of a registry without a protector,
 // comes back as it is.
 func (r *Registry) Seal(ctx context.Context, tenant, stream, typ string, data []byte, streamKey func() (string, error)) ([]byte, error) {
-	if _, forged := sealedFields(data); len(forged) > 0 {
+	if _, forged := sealedFields(data); forged != nil {
 		// Only a Protector seals: a sealed-looking value that comes in
 		// (a request body, an imported archive) would not open, and every
 		// reader of the event would fail on it.
@@ -238,31 +236,67 @@ func (r *Registry) Seal(ctx context.Context, tenant, stream, typ string, data []
 	if !ok || c.Personal == nil || r.protector == nil {
 		return data, nil
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+	members, ok := topMembers(data)
+	if !ok {
 		return nil, fmt.Errorf("seal %s: not a JSON object", typ)
 	}
-	keyID, err := r.subjectKey(ctx, tenant, stream, typ, c.Personal, fields, streamKey)
+	keyID, err := r.subjectKey(ctx, tenant, stream, typ, c.Personal, data, members, streamKey)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range c.Personal.Fields {
-		v, ok := fields[f.Name]
-		if !ok || string(v) == "null" {
+	values := make([][]byte, len(members))
+	for k, m := range members {
+		if !c.Personal.declares(m.name) {
 			continue
 		}
-		e, err := r.protector.Seal(ctx, keyID, Binding{Tenant: tenant, Stream: stream, Type: typ, Field: f.Name}, v)
+		v := data[m.start:m.end]
+		if string(v) == "null" {
+			continue
+		}
+		e, err := r.protector.Seal(ctx, keyID, Binding{Tenant: tenant, Stream: stream, Type: typ, Field: m.name}, v)
 		if err != nil {
-			return nil, fmt.Errorf("seal %s.%s: %w", typ, f.Name, err)
+			return nil, fmt.Errorf("seal %s.%s: %w", typ, m.name, err)
 		}
-		if fields[f.Name], err = json.Marshal(map[string]string{SealedField: e.String()}); err != nil {
-			return nil, err
-		}
+		values[k] = e.object()
 	}
-	return json.Marshal(fields)
+	return splice(data, members, values), nil
 }
 
-func (r *Registry) subjectKey(ctx context.Context, tenant, stream, typ string, p *Personal, fields map[string]json.RawMessage, streamKey func() (string, error)) (string, error) {
+// declares reports whether field is one of p's personal fields.
+func (p *Personal) declares(field string) bool {
+	for _, f := range p.Fields {
+		if f.Name == field {
+			return true
+		}
+	}
+	return false
+}
+
+// object is the JSON of a sealed field: {"$sealed": "<envelope>"} (the
+// envelope's characters need no escaping).
+func (e Envelope) object() []byte {
+	s := e.String()
+	b := make([]byte, 0, len(s)+len(SealedField)+8)
+	b = append(b, `{"`+SealedField+`":"`...)
+	b = append(b, s...)
+	return append(b, `"}`...)
+}
+
+// stringMember decodes the string value of the member named name.
+func stringMember(data []byte, members []member, name string) (string, bool) {
+	for _, m := range members {
+		if m.name == name {
+			var s string
+			if json.Unmarshal(data[m.start:m.end], &s) != nil {
+				return "", false
+			}
+			return s, true
+		}
+	}
+	return "", false
+}
+
+func (r *Registry) subjectKey(ctx context.Context, tenant, stream, typ string, p *Personal, data []byte, members []member, streamKey func() (string, error)) (string, error) {
 	if p.Subject == "" {
 		if streamKey == nil {
 			return "", fmt.Errorf("seal %s in %s: %w (its subject is the stream's, and no earlier event is known)", typ, stream, ErrNoSubject)
@@ -276,8 +310,8 @@ func (r *Registry) subjectKey(ctx context.Context, tenant, stream, typ string, p
 		}
 		return id, nil
 	}
-	var subject string
-	if err := json.Unmarshal(fields[p.Subject], &subject); err != nil || subject == "" {
+	subject, ok := stringMember(data, members, p.Subject)
+	if !ok || subject == "" {
 		return "", fmt.Errorf("seal %s: %w: field %q holds no subject ID", typ, ErrNoSubject, p.Subject)
 	}
 	id, err := r.protector.SubjectKey(ctx, tenant, subject)
@@ -292,8 +326,8 @@ func (r *Registry) subjectKey(ctx context.Context, tenant, stream, typ string, p
 // for a field its type no longer declares). Without sealed fields the
 // stored JSON comes back as it is.
 func (r *Registry) Open(rec Record) (json.RawMessage, error) {
-	fields, sealed := sealedFields(rec.Data)
-	if len(sealed) == 0 {
+	members, sealed := sealedFields(rec.Data)
+	if sealed == nil {
 		return rec.Data, nil
 	}
 	if r.protector == nil {
@@ -301,7 +335,12 @@ func (r *Registry) Open(rec Record) (json.RawMessage, error) {
 	}
 	decl := r.byType[rec.Type].Personal
 	ctx := context.Background()
-	for name, s := range sealed {
+	values := make([][]byte, len(members))
+	for k, s := range sealed {
+		if s == "" {
+			continue
+		}
+		name := members[k].name
 		e, err := ParseEnvelope(s)
 		if err != nil {
 			return nil, fmt.Errorf("decode %s.%s: %w", rec.Type, name, err)
@@ -315,31 +354,31 @@ func (r *Registry) Open(rec Record) (json.RawMessage, error) {
 		case err != nil:
 			return nil, fmt.Errorf("decode %s.%s: %w", rec.Type, name, err)
 		}
-		fields[name] = plain
+		values[k] = plain
 	}
-	return json.Marshal(fields)
+	return splice(rec.Data, members, values), nil
 }
 
-// sealedFields parses data's top-level fields when it may hold sealed
-// ones, and returns the envelopes of those that are, by field name.
-func sealedFields(data []byte) (map[string]json.RawMessage, map[string]string) {
+// sealedFields returns data's top-level members and, at the index of each
+// sealed one, its envelope ("" for the others); sealed is nil when data
+// holds no sealed field.
+func sealedFields(data []byte) (members []member, sealed []string) {
 	if !bytes.Contains(data, sealedMarker) {
 		return nil, nil
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(data, &fields) != nil {
+	members, ok := topMembers(data)
+	if !ok {
 		return nil, nil
 	}
-	var sealed map[string]string
-	for name, v := range fields {
-		if s, ok := sealedValue(v); ok {
+	for k, m := range members {
+		if s, ok := sealedValue(data[m.start:m.end]); ok {
 			if sealed == nil {
-				sealed = map[string]string{}
+				sealed = make([]string, len(members))
 			}
-			sealed[name] = s
+			sealed[k] = s
 		}
 	}
-	return fields, sealed
+	return members, sealed
 }
 
 func tombstoneOf(decl *Personal, field, pseudonym string) any {

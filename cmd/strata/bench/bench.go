@@ -151,6 +151,7 @@ var workloads = []workload{
 	{"verify", benchVerify},
 	{"tenant", benchTenantWork},
 	{"partitions", benchPartitions},
+	{"personal", benchPersonal},
 }
 
 // Names lists the workloads in run order.
