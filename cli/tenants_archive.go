@@ -157,12 +157,7 @@ func serveArchiver(ctx context.Context, a *app, store *tenancy.Store) (*archive.
 	}
 	cfg := portabilityConfig(a.env.mods)
 	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor = a.appPool, a.projPool, a.pools.owner, "serve"
-	if cfg.Registry, err = a.env.mods.Registry(); err != nil {
-		return nil, err
-	}
-	if cfg.Registry, err = protect(ctx, a.env, cfg.Registry, a.appPool); err != nil {
-		return nil, err
-	}
+	cfg.Registry = a.registry
 	svc, err := portability.New(cfg)
 	if err != nil {
 		return nil, err

@@ -326,6 +326,7 @@ func exportJobs(ctx context.Context, a *app, store *tenancy.Store) (*portability
 	jc.Logger = a.logger
 	cfg := portabilityConfig(a.env.mods)
 	cfg.App, cfg.Projector, cfg.Owner, cfg.Actor = a.appPool, a.projPool, a.pools.owner, "serve"
+	cfg.Registry = a.registry // opens the sealed personal data an archive carries opened
 	svc, err := portability.New(cfg)
 	if err != nil {
 		a.logger.Warn("tenant exports are off", "error", err.Error())
