@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples/inventory/stock"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/paysim"
@@ -120,6 +121,16 @@ FROM events ORDER BY tenant_id, stream_id, version`)
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	// The payment references are personal data, sealed in the log: the
+	// checker reads them opened, with the database's keys.
+	reg := openingRegistry(ctx, conn)
+	for i, ev := range events {
+		opened, err := reg.Open(event.Record{Tenant: ev.Tenant, Stream: ev.Stream, Type: ev.Type, Data: ev.Data})
+		if err != nil {
+			return fmt.Errorf("open %s v%d of %s: %w", ev.Type, ev.Version, ev.Stream, err)
+		}
+		events[i].Data = opened
 	}
 
 	// 1. The clients' commands: each acknowledged one in the log once.

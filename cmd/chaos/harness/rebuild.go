@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/db"
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/personal"
@@ -31,6 +32,16 @@ func connectAdmin(ctx context.Context, url string) (*pgx.Conn, error) {
 	cfg.RuntimeParams["search_path"] = db.Schema
 	cfg.RuntimeParams["timezone"] = "UTC"
 	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// openingRegistry is every example module's registry with the keyring of
+// the database behind q (the admin connection, or a serving pool): it
+// opens the sealed personal data of the events it decodes.
+func openingRegistry(ctx context.Context, q interface {
+	personal.Batcher
+	personal.Querier
+}) *event.Registry {
+	return examples.All().MustRegistry().Protect(personal.NewKeyring(q, personal.DatabaseKEKs(ctx, q, nil), personal.Config{}))
 }
 
 // excludedColumns are bookkeeping columns left out of read-model
@@ -204,7 +215,7 @@ func compareWithRebuildOn(ctx context.Context, srv cluster, liveDB string) (rebu
 		return v, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	registry := examples.All().MustRegistry().Protect(personal.NewKeyring(app, personal.DatabaseKEKs(ctx, app, nil), personal.Config{}))
+	registry := openingRegistry(ctx, app)
 	for _, p := range examples.All().Projections() {
 		r, err := projections.NewRunner(p, store, proj, projections.RunnerConfig{BatchSize: 2000, Registry: registry, Logger: quiet})
 		if err != nil {
