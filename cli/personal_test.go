@@ -53,6 +53,9 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 		call("POST", "/v1/orders/"+id+"/place", "")
 		call("POST", "/v1/orders/"+id+"/pay", `{"payment_reference":"`+ref+`"}`)
 	}
+	call("POST", "/v1/orders", `{"order_id":"o-a0","customer_id":"alice-q7","currency":"EUR"}`)
+	call("POST", "/v1/orders/o-a0/lines", `{"product_id":"p-1","quantity":1,"unit_price":{"amount":100,"currency":"EUR"}}`)
+	call("POST", "/v1/orders/o-a0/place", "")
 	place("o-a1", "alice-q7", "psp-alice-1")
 	place("o-a2", "alice-q7", "psp-alice-2")
 	place("o-b1", "bob-q7", "psp-bob-1")
@@ -68,8 +71,8 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	var keys, sealed int
 	queryOn(t, url, `SELECT (SELECT count(*) FROM strata.subject_keys WHERE tenant_id = 'acme'),
        (SELECT count(*) FROM strata.events WHERE tenant_id = 'acme' AND data::text LIKE '%"$sealed"%')`, nil, &keys, &sealed)
-	if keys != 2 || sealed != 6 {
-		t.Fatalf("%d data keys (want one per customer: 2), %d sealed events (want 3 created + 3 paid)", keys, sealed)
+	if keys != 2 || sealed != 7 {
+		t.Fatalf("%d data keys (want one per customer: 2), %d sealed events (want 4 created + 3 paid)", keys, sealed)
 	}
 	detail := func(id string) map[string]any {
 		t.Helper()
@@ -139,11 +142,17 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	var summary string
 	queryOn(t, url, `SELECT string_agg(s.customer_id || ':' || s.orders || ':' || p.amount, ',' ORDER BY s.customer_id)
 FROM strata.customer_summaries s JOIN strata.customer_paid_totals p USING (tenant_id, customer_id) WHERE tenant_id = 'acme'`, nil, &summary)
-	if summary != "bob-q7:1:500,"+erased+":2:1000" {
+	if summary != "bob-q7:1:500,"+erased+":3:1000" {
 		t.Fatalf("customer summaries after alice's erasure: %s", summary)
 	}
 	if code, out, errOut := owner("replay", "verify"); code != exitOK {
 		t.Fatalf("replay verify after the erasure: %d\n%s%s", code, out, errOut)
+	}
+	// Her placed order cannot be paid: the payment reference would be
+	// hers, and her key is gone.
+	status, raw, _ := apiCall(t, nil, base, tenantToken(t, "acme"), "POST", "/v1/orders/o-a0/pay", `{"payment_reference":"psp-alice-0"}`)
+	if status != 422 || errorCode(raw) != "rule_violation" || !strings.Contains(string(raw), "forgotten") {
+		t.Fatalf("paying the forgotten customer's order: %d %s, want 422 rule_violation", status, raw)
 	}
 	// Alice comes back: a new subject, a new key.
 	place("o-a3", "alice-q7", "psp-alice-3")

@@ -312,6 +312,11 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 			return Result{}, err
 		}
 		if data, err = h.cfg.Registry.Seal(ctx, string(tenant), stream, typ, data, sealedKey); err != nil {
+			if errors.Is(err, event.ErrShredded) {
+				// The stream's data subject was forgotten: nothing of
+				// theirs is written again under their destroyed key.
+				return Result{}, fmt.Errorf("%w: %s %s belongs to a data subject who was forgotten: its personal data cannot be written", domain.ErrRejected, h.agg.Kind, cmd.Target())
+			}
 			return Result{}, err
 		}
 		if appended != nil {
