@@ -286,17 +286,7 @@ func CopyKeys(ctx context.Context, src, dst *Keyring, tx pgx.Tx, tenant string, 
 	ids, hashes, keks := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
 	wrapped := make([][]byte, len(rows))
 	for i, r := range rows {
-		from, err := src.keks.Get(r.kek)
-		if err != nil {
-			return 0, err
-		}
-		ad := wrapAD(tenant, r.id)
-		dek, err := from.Unwrap(r.wrapped, ad)
-		if err != nil {
-			return 0, fmt.Errorf("unwrap data key %s: %w", r.id, err)
-		}
-		w, err := to.Wrap(dek, ad)
-		clear(dek)
+		w, err := rewrap(src.keks, to, tenant, r.id, r.kek, r.wrapped)
 		if err != nil {
 			return 0, err
 		}

@@ -216,17 +216,7 @@ func rewrapBatch(ctx context.Context, owner Owner, keks *KEKs, to KEK, tenant st
 		}
 		b := &pgx.Batch{}
 		for _, r := range todo {
-			from, err := keks.Get(r.kek)
-			if err != nil {
-				return err
-			}
-			ad := wrapAD(tenant, r.id)
-			dek, err := from.Unwrap(r.wrapped, ad)
-			if err != nil {
-				return fmt.Errorf("unwrap data key %s: %w", r.id, err)
-			}
-			again, err := to.Wrap(dek, ad)
-			clear(dek)
+			again, err := rewrap(keks, to, tenant, r.id, r.kek, r.wrapped)
 			if err != nil {
 				return err
 			}
@@ -302,4 +292,20 @@ SELECT id FROM t WHERE id IS NOT NULL`)
 	all := append(logged, listed...)
 	slices.Sort(all)
 	return slices.Compact(all), nil
+}
+
+// rewrap unwraps tenant's data key keyID with the KEK kekID of from and
+// wraps it again with to; the key is in memory only meanwhile.
+func rewrap(from *KEKs, to KEK, tenant, keyID, kekID string, wrapped []byte) ([]byte, error) {
+	kek, err := from.Get(kekID)
+	if err != nil {
+		return nil, err
+	}
+	ad := wrapAD(tenant, keyID)
+	dek, err := kek.Unwrap(wrapped, ad)
+	if err != nil {
+		return nil, fmt.Errorf("unwrap data key %s: %w", keyID, err)
+	}
+	defer clear(dek)
+	return to.Wrap(dek, ad)
 }
