@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/personal"
 )
@@ -37,4 +39,14 @@ func keyring(ctx context.Context, e env, pool keyPool) (*personal.Keyring, error
 		}
 	}
 	return personal.NewKeyring(pool, personal.DatabaseKEKs(ctx, pool, file), personal.Config{}), nil
+}
+
+// listenKeys adds the worker that keeps the app's keyring true to its
+// database: a key destroyed by any process is forgotten here too.
+func listenKeys(a *app, pool *pgxpool.Pool) {
+	k, ok := a.registry.Protector().(*personal.Keyring)
+	if !ok {
+		return
+	}
+	a.workers = append(a.workers, worker{name: "keyring", run: func(ctx context.Context) error { return k.Listen(ctx, pool, a.logger) }})
 }

@@ -316,6 +316,7 @@ func build(ctx context.Context, e env, roles roleSet, logger *slog.Logger, stdou
 	}
 	a.metrics.RegisterPool("app", appPool)
 	a.metrics.RegisterPool("projector", projPool)
+	listenKeys(a, appPool)
 	groupCommit, err := e.groupCommit()
 	if err != nil {
 		return nil, err

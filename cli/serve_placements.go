@@ -195,6 +195,7 @@ func (ps *placementSet) build(ctx context.Context, p placement.Placement) (*app,
 		epoch:     p.Epoch,
 		waitSlot:  a.waitSlot,
 	}
+	listenKeys(child, pools.app)
 	child.metrics.RegisterPool("app", pools.app)
 	child.metrics.RegisterPool("projector", pools.proj)
 	child.store = postgres.New(pools.app, pools.proj, append(append([]postgres.Option(nil), a.groupCommit...), postgres.WithAppendHook(child.appended.fire))...)

@@ -56,3 +56,11 @@ func (c *keyCache) forget(tenant, hash, keyID string) {
 	c.subjects.Delete(tenantKey{tenant, hash})
 	c.keys.Delete(tenantKey{tenant, keyID})
 }
+
+// clear forgets everything.
+func (c *keyCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.keys.Cap()
+	c.subjects, c.keys = lru.New[tenantKey, string](n), lru.New[tenantKey, cipher.AEAD](n)
+}

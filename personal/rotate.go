@@ -20,16 +20,21 @@ type Owner interface {
 
 // Destroy deletes tenant's subject's data key, as the eraser (the owner
 // connection takes the role for the transaction): every field it sealed is
-// shredded. It returns the destroyed key's ID, "" when the subject had
-// none.
+// shredded. Keyrings that Listen forget it when the deletion commits. It
+// returns the destroyed key's ID, "" when the subject had none.
 func Destroy(ctx context.Context, owner Owner, tenant, subject string) (string, error) {
 	var id string
 	err := asEraser(ctx, owner, tenant, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `DELETE FROM subject_keys WHERE tenant_id = $1 AND subject_hash = $2 RETURNING key_id`,
-			tenant, SubjectHash(tenant, subject)).Scan(&id)
+		hash := SubjectHash(tenant, subject)
+		err := tx.QueryRow(ctx, `DELETE FROM subject_keys WHERE tenant_id = $1 AND subject_hash = $2 RETURNING key_id`, tenant, hash).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
+		if err != nil {
+			return err
+		}
+		// Every listening keyring forgets the key when this commits.
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ForgetChannel, tenant+" "+id+" "+hash)
 		return err
 	})
 	if err != nil {
