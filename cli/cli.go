@@ -40,6 +40,7 @@ Usage:
   strata replay  status|rebuild|dlq ...                             projections' status, rebuilds, dead letters (replay help)
   strata tenants list|show|provision|suspend|resume|quotas ...      the tenant directory (tenants help)
   strata placements add|list|status ...                             the databases tenants are placed in (placements help)
+  strata subjects erase T SUBJECT --reason R [--json]               forget one data subject of a tenant (subjects help)
   strata keys    status|rotate [--json]                             the keys of personal data: status, rotation (keys help)
   strata token   --tenant T [--sub S] [--ttl 24h] [--scope admin]   print a development token (--scope platform: the directory's routes)
   strata token   --console [--tenant T --scope admin,platform]     print a login URL of the console (/console, docs/console.md)
@@ -77,6 +78,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdPlacements(ctx, args[1:], env, stdout, stderr)
 	case "keys":
 		return cmdKeys(ctx, args[1:], env, stdout, stderr)
+	case "subjects":
+		return cmdSubjects(ctx, args[1:], env, stdout, stderr)
 	case "token":
 		return cmdToken(args[1:], env, stdout, stderr)
 	case "db":

@@ -3,19 +3,21 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/pgtest"
-	"github.com/strata-es/strata/personal"
+	"github.com/strata-es/strata/tenancy/subjects"
 )
 
 // TestPersonalDataSealedShreddedAndRotated (issue 30, the keys): two
@@ -48,7 +50,15 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	}
 	place := func(id, customer, ref string) {
 		t.Helper()
-		call("POST", "/v1/orders", `{"order_id":"`+id+`","customer_id":"`+customer+`","currency":"EUR"}`)
+		if id == "o-a1" || id == "o-b1" { // with an idempotency key, which names the customer
+			status, raw, _ := apiCall(t, nil, base, tenantToken(t, "acme"), "POST", "/v1/orders", `{"order_id":"`+id+`","customer_id":"`+customer+`","currency":"EUR"}`,
+				"Idempotency-Key", "create-"+customer)
+			if status != 201 {
+				t.Fatalf("create %s: %d %s", id, status, raw)
+			}
+		} else {
+			call("POST", "/v1/orders", `{"order_id":"`+id+`","customer_id":"`+customer+`","currency":"EUR"}`)
+		}
 		call("POST", "/v1/orders/"+id+"/lines", `{"product_id":"p-1","quantity":2,"unit_price":{"amount":250,"currency":"EUR"}}`)
 		call("POST", "/v1/orders/"+id+"/place", "")
 		call("POST", "/v1/orders/"+id+"/pay", `{"payment_reference":"`+ref+`"}`)
@@ -99,25 +109,66 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 		t.Fatalf("the export's events are not opened:\n%.400s", events)
 	}
 
-	// Alice's key is destroyed (the subject erasure's first step).
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = db.Schema
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyID, err := personal.Destroy(ctx, conn, "acme", "alice-q7")
-	conn.Close(ctx)
-	if err != nil || keyID == "" {
-		t.Fatalf("destroy alice's key: %q %v", keyID, err)
-	}
-	for _, p := range []string{"order_details", "order_list", "customer_summary", "order_fulfilment"} {
-		if code, _, errOut := owner("replay", "rebuild", "--projection", p); code != exitOK {
-			t.Fatalf("rebuild %s: %s", p, errOut)
+	// Alice is forgotten: `strata subjects erase`, stopped after every
+	// step and run again until it finishes.
+	stopped := map[string]bool{}
+	subjectEraseAfter = func(step string) error {
+		if !stopped[step] {
+			stopped[step] = true
+			return errors.New("stopped after the step (test)")
 		}
+		return nil
+	}
+	defer func() { subjectEraseAfter = nil }()
+	var receipt subjects.Receipt
+	for runs := 0; ; runs++ {
+		code, out, errOut := owner("subjects", "erase", "acme", "alice-q7", "--reason", "GDPR art. 17 request #12", "--json")
+		if code == exitOK {
+			if err := json.Unmarshal([]byte(out), &receipt); err != nil {
+				t.Fatalf("receipt: %v\n%s", err, out)
+			}
+			break
+		}
+		if runs > len(subjects.Steps) || !strings.Contains(errOut, "stopped after the step") {
+			t.Fatalf("subjects erase: %d\n%s%s", code, out, errOut)
+		}
+	}
+	for _, step := range subjects.Steps {
+		if !stopped[step] {
+			t.Errorf("the erasure was never stopped after %s", step)
+		}
+	}
+	keyID := receipt.KeyID
+	stores := map[string]int64{}
+	for _, st := range receipt.Stores {
+		stores[st.Name+" "+st.Mode] = st.Count
+	}
+	want := map[string]int64{"keys deleted": 1, "log shredded": 5, "dead_letters shredded": 0, "relay shredded": -1,
+		"idempotency_records deleted": 1, "exports deleted": 0, "read_models tombstoned": int64(len(examples.All().Projections()))}
+	if !maps.Equal(stores, want) || len(keyID) != 32 || receipt.Pseudonym != event.PseudonymOf(keyID) {
+		t.Fatalf("receipt: %+v\nstores %v, want %v", receipt, stores, want)
+	}
+	again := receipt
+	again.ContentHash = ""
+	body, _ := json.Marshal(again)
+	if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != receipt.ContentHash {
+		t.Fatalf("the receipt's content hash is not the hash of its content")
+	}
+	var stored string
+	queryOn(t, url, `SELECT receipt->>'content_hash' FROM strata.subject_erasures WHERE tenant_id = 'acme' AND finished_at IS NOT NULL`, nil, &stored)
+	if stored != receipt.ContentHash {
+		t.Fatalf("the stored receipt's hash %s, the printed one's %s", stored, receipt.ContentHash)
+	}
+	// Run again after it finished: the same receipt, nothing done twice.
+	code, out, errOut := owner("subjects", "erase", "acme", "alice-q7", "--reason", "GDPR art. 17 request #12", "--json")
+	var twice subjects.Receipt
+	if code != exitOK || json.Unmarshal([]byte(out), &twice) != nil || twice.ContentHash != receipt.ContentHash {
+		t.Fatalf("erase run again: %d %s%s, want the receipt %s", code, out, errOut, receipt.ContentHash)
+	}
+	var idem int
+	queryOn(t, url, `SELECT count(*) FROM strata.idempotency_keys WHERE tenant_id = 'acme'`, nil, &idem)
+	if idem != 1 {
+		t.Fatalf("%d idempotency records left, want bob's only", idem)
 	}
 	erased := order.ErasedCustomerPrefix + event.PseudonymOf(keyID)
 	for _, id := range []string{"o-a1", "o-a2"} {
@@ -162,7 +213,7 @@ FROM strata.customer_summaries s JOIN strata.customer_paid_totals p USING (tenan
 	var logBefore, logAfter string
 	const digest = `SELECT md5(string_agg(event_id::text || data::text, '' ORDER BY position)) FROM strata.events`
 	queryOn(t, url, digest, nil, &logBefore)
-	code, out, errOut := owner("keys", "rotate", "--json")
+	code, out, errOut = owner("keys", "rotate", "--json")
 	if code != exitOK {
 		t.Fatalf("keys rotate: %d\n%s%s", code, out, errOut)
 	}

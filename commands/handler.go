@@ -134,6 +134,13 @@ type Result struct {
 // command ID.
 var eventIDSpace = uuid.MustParse("6f1c1b3a-5d1e-4f5e-9a0b-2c7d8e9f0a1b")
 
+// CommandID is the ID of the command tenant sent with the idempotency key
+// key: stamped as command_id on the metadata of every event it appends, and
+// the root of their event IDs.
+func CommandID(tenant, key string) string {
+	return uuid.NewSHA1(eventIDSpace, []byte(tenant+"\x00"+key)).String()
+}
+
 // HandleFunc executes one command.
 type HandleFunc func(ctx context.Context, cmd Named, opts Options) (Result, error)
 
@@ -173,7 +180,7 @@ func (h *Handler[A]) handle(ctx context.Context, cmd Command[A], opts Options) (
 	// retried request produces the same event IDs.
 	commandID := uuid.NewString()
 	if idem != nil {
-		commandID = uuid.NewSHA1(eventIDSpace, []byte(string(tenant)+"\x00"+idem.Key)).String()
+		commandID = CommandID(string(tenant), idem.Key)
 	}
 	meta := opts.Metadata
 	meta.CommandID = commandID

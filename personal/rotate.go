@@ -25,20 +25,31 @@ type Owner interface {
 func Destroy(ctx context.Context, owner Owner, tenant, subject string) (string, error) {
 	var id string
 	err := asEraser(ctx, owner, tenant, func(tx pgx.Tx) error {
-		hash := SubjectHash(tenant, subject)
-		err := tx.QueryRow(ctx, `DELETE FROM subject_keys WHERE tenant_id = $1 AND subject_hash = $2 RETURNING key_id`, tenant, hash).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		// Every listening keyring forgets the key when this commits.
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ForgetChannel, tenant+" "+id+" "+hash)
+		var err error
+		id, err = DestroyIn(ctx, tx, tenant, subject)
 		return err
 	})
 	if err != nil {
 		return "", fmt.Errorf("destroy the subject's key: %w", err)
+	}
+	return id, nil
+}
+
+// DestroyIn is Destroy in tx, a transaction as the eraser under the
+// tenant (the subject erasure records the step in the same one).
+func DestroyIn(ctx context.Context, tx pgx.Tx, tenant, subject string) (string, error) {
+	var id string
+	hash := SubjectHash(tenant, subject)
+	err := tx.QueryRow(ctx, `DELETE FROM subject_keys WHERE tenant_id = $1 AND subject_hash = $2 RETURNING key_id`, tenant, hash).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	// Every listening keyring forgets the key when this commits.
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ForgetChannel, tenant+" "+id+" "+hash); err != nil {
+		return "", err
 	}
 	return id, nil
 }

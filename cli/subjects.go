@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/replay"
+	"github.com/strata-es/strata/tenancy/subjects"
+)
+
+const subjectsUsage = `strata subjects — forget one data subject of a tenant (docs/personal-data.md, "Forget a subject"); needs the owner connection (DATABASE_URL)
+
+Usage:
+  strata subjects erase TENANT SUBJECT --reason "..." [--json]
+
+erase destroys the subject's data key (every personal field it sealed, in the
+log, dead letters and the broker, reads as its tombstone from then on), deletes
+the idempotency records of the subject's commands and the tenant's stored export
+archives, and rebuilds the tenant's read models from the log. It prints the
+receipt. A run stopped anywhere is resumed by running it again.
+`
+
+// subjectEraseAfter, when set (tests), is called after each step.
+var subjectEraseAfter func(step string) error
+
+func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, subjectsUsage)
+		return exitUsage
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, subjectsUsage)
+		return exitOK
+	}
+	if args[0] != "erase" || len(args) < 3 {
+		fmt.Fprintf(stderr, "strata subjects: want erase TENANT SUBJECT --reason \"...\"\n\n%s", subjectsUsage)
+		return exitUsage
+	}
+	tenant, subject := args[1], args[2]
+	fs := flag.NewFlagSet("subjects erase", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	reason := fs.String("reason", "", "why the subject is forgotten (kept in the receipt)")
+	asJSON := fs.Bool("json", false, "print the receipt as JSON")
+	if err := fs.Parse(args[3:]); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 || *reason == "" {
+		fmt.Fprintf(stderr, "strata subjects erase: --reason is required, and nothing after the flags\n\n%s", subjectsUsage)
+		return exitUsage
+	}
+	_, owner, closeOwner, err := openTenantStorePool(ctx, e, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitFailure
+	}
+	defer closeOwner()
+	env, err := openReplay(ctx, e, stderr, 0)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitFailure
+	}
+	defer env.close()
+	eraser, err := subjects.New(subjects.Config{Owner: owner,
+		Rebuild: func(ctx context.Context, tenant string) (int, error) {
+			res, err := env.svc.Rebuild(ctx, replay.RebuildOptions{Tenant: tenant, Actor: "cli:" + osUser()})
+			return len(res.Projections), err
+		},
+		After: subjectEraseAfter,
+		Progress: func(step string) {
+			if !*asJSON {
+				fmt.Fprintf(stdout, "erase a subject of %s: step %s\n", tenant, step)
+			}
+		}})
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitFailure
+	}
+	r, err := eraser.Erase(ctx, subjects.Request{Tenant: domain.TenantID(tenant), Subject: subject, Reason: *reason, Actor: "cli:" + osUser()})
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		if errors.Is(err, subjects.ErrInvalid) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(r); err != nil {
+			return exitFailure
+		}
+		return exitOK
+	}
+	for _, s := range r.Stores {
+		fmt.Fprintf(stdout, "  %-22s %-11s %d  %s\n", s.Name, s.Mode, s.Count, s.Note)
+	}
+	fmt.Fprintf(stdout, "receipt %s: key %s destroyed (pseudonym %s), content hash %s\n", r.ErasureID, r.KeyID, r.Pseudonym, r.ContentHash)
+	return exitOK
+}
