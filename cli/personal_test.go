@@ -109,6 +109,12 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 		t.Fatalf("the export's events are not opened:\n%.400s", events)
 	}
 
+	// Before the erasure, verify finds her.
+	if code, out, _ := owner("subjects", "verify", "acme", "alice-q7"); code != exitFailure || !strings.Contains(out, "FOUND keys") ||
+		!strings.Contains(out, "FOUND table:order_list.customer_id") || !strings.Contains(out, "FOUND subject_erasures") {
+		t.Fatalf("verify before the erasure: %d\n%s", code, out)
+	}
+
 	// Alice is forgotten: `strata subjects erase`, stopped after every
 	// step and run again until it finishes.
 	stopped := map[string]bool{}
@@ -169,6 +175,24 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	queryOn(t, url, `SELECT count(*) FROM strata.idempotency_keys WHERE tenant_id = 'acme'`, nil, &idem)
 	if idem != 1 {
 		t.Fatalf("%d idempotency records left, want bob's only", idem)
+	}
+	if code, out, errOut := owner("subjects", "verify", "acme", "alice-q7"); code != exitOK {
+		t.Fatalf("verify after the erasure: %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := owner("subjects", "verify", "acme", "bob-q7"); code != exitFailure {
+		t.Fatalf("verify of bob, never erased: %d\n%s", code, out)
+	}
+	after := filepath.Join(t.TempDir(), "acme-after.tar.gz")
+	if code, _, errOut := owner("tenants", "export", "acme", "--out", after, "--catch-up", "60s"); code != exitOK {
+		t.Fatalf("export after the erasure: %s", errOut)
+	}
+	for name, content := range readArchive(t, after) {
+		if strings.Contains(string(content), "alice-q7") || strings.Contains(string(content), "psp-alice") {
+			t.Fatalf("the export after the erasure holds alice's data in %s", name)
+		}
+		if name == "events.jsonl" && !strings.Contains(string(content), "bob-q7") {
+			t.Fatalf("the export after the erasure lost bob's data")
+		}
 	}
 	erased := order.ErasedCustomerPrefix + event.PseudonymOf(keyID)
 	for _, id := range []string{"o-a1", "o-a2"} {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/tenancy/subjects"
@@ -17,12 +19,17 @@ const subjectsUsage = `strata subjects — forget one data subject of a tenant (
 
 Usage:
   strata subjects erase TENANT SUBJECT --reason "..." [--json]
+  strata subjects verify TENANT SUBJECT [--json]
 
 erase destroys the subject's data key (every personal field it sealed, in the
 log, dead letters and the broker, reads as its tombstone from then on), deletes
 the idempotency records of the subject's commands and the tenant's stored export
 archives, and rebuilds the tenant's read models from the log. It prints the
 receipt. A run stopped anywhere is resumed by running it again.
+
+verify checks that the subject has a finished erasure, that no data key can
+open what its key sealed, and that no column of the tenant's tables holds the
+subject's ID in plaintext; it exits 1 and lists what it found otherwise.
 `
 
 // subjectEraseAfter, when set (tests), is called after each step.
@@ -37,20 +44,21 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 		fmt.Fprint(stdout, subjectsUsage)
 		return exitOK
 	}
-	if args[0] != "erase" || len(args) < 3 {
-		fmt.Fprintf(stderr, "strata subjects: want erase TENANT SUBJECT --reason \"...\"\n\n%s", subjectsUsage)
+	sub := args[0]
+	if sub != "erase" && sub != "verify" || len(args) < 3 {
+		fmt.Fprintf(stderr, "strata subjects: want erase|verify TENANT SUBJECT\n\n%s", subjectsUsage)
 		return exitUsage
 	}
 	tenant, subject := args[1], args[2]
-	fs := flag.NewFlagSet("subjects erase", flag.ContinueOnError)
+	fs := flag.NewFlagSet("subjects "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	reason := fs.String("reason", "", "why the subject is forgotten (kept in the receipt)")
-	asJSON := fs.Bool("json", false, "print the receipt as JSON")
+	reason := fs.String("reason", "", "erase: why the subject is forgotten (kept in the receipt)")
+	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args[3:]); err != nil {
 		return exitUsage
 	}
-	if fs.NArg() > 0 || *reason == "" {
-		fmt.Fprintf(stderr, "strata subjects erase: --reason is required, and nothing after the flags\n\n%s", subjectsUsage)
+	if fs.NArg() > 0 || sub == "erase" && *reason == "" {
+		fmt.Fprintf(stderr, "strata subjects %s: --reason is required to erase, and nothing goes after the flags\n\n%s", sub, subjectsUsage)
 		return exitUsage
 	}
 	_, owner, closeOwner, err := openTenantStorePool(ctx, e, stderr)
@@ -59,6 +67,9 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 		return exitFailure
 	}
 	defer closeOwner()
+	if sub == "verify" {
+		return verifySubject(ctx, owner, domain.TenantID(tenant), subject, *asJSON, stdout, stderr)
+	}
 	env, err := openReplay(ctx, e, stderr, 0)
 	if err != nil {
 		fmt.Fprintln(stderr, "strata subjects:", err)
@@ -98,5 +109,31 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 		fmt.Fprintf(stdout, "  %-22s %-11s %d  %s\n", s.Name, s.Mode, s.Count, s.Note)
 	}
 	fmt.Fprintf(stdout, "receipt %s: key %s destroyed (pseudonym %s), content hash %s\n", r.ErasureID, r.KeyID, r.Pseudonym, r.ContentHash)
+	return exitOK
+}
+
+func verifySubject(ctx context.Context, owner *pgxpool.Pool, tenant domain.TenantID, subject string, asJSON bool, stdout, stderr io.Writer) int {
+	eraser, err := subjects.New(subjects.Config{Owner: owner})
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitFailure
+	}
+	v, err := eraser.Verify(ctx, tenant, subject)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitFailure
+	}
+	if asJSON {
+		_ = json.NewEncoder(stdout).Encode(map[string]any{"ok": v.OK(), "verification": v})
+	} else {
+		for _, f := range v.Findings {
+			fmt.Fprintf(stdout, "FOUND %s: %d (%s)\n", f.Store, f.Count, f.What)
+		}
+		fmt.Fprintf(stdout, "%d columns of %s's tables scanned; erasure %s, key %s\n", v.Columns, tenant, v.ErasureID, v.KeyID)
+	}
+	if !v.OK() {
+		fmt.Fprintf(stderr, "strata subjects verify: the subject is not forgotten: %d findings\n", len(v.Findings))
+		return exitFailure
+	}
 	return exitOK
 }

@@ -103,8 +103,8 @@ type Eraser struct{ cfg Config }
 
 // New returns an Eraser.
 func New(cfg Config) (*Eraser, error) {
-	if cfg.Owner == nil || cfg.Rebuild == nil {
-		return nil, errors.New("subjects: Config.Owner and Config.Rebuild are required")
+	if cfg.Owner == nil {
+		return nil, errors.New("subjects: Config.Owner is required")
 	}
 	return &Eraser{cfg: cfg}, nil
 }
@@ -133,8 +133,14 @@ func (e *Eraser) Erase(ctx context.Context, req Request) (Receipt, error) {
 	if req.Reason == "" || len(req.Reason) > 500 || req.Actor == "" {
 		return Receipt{}, fmt.Errorf("%w: a reason (1 to 500 characters) and the requester are required", ErrInvalid)
 	}
+	if e.cfg.Rebuild == nil {
+		return Receipt{}, errors.New("subjects: an erasure needs Config.Rebuild")
+	}
 	tenant := string(req.Tenant)
 	hash := personal.SubjectHash(tenant, req.Subject)
+	if _, err := db.EnsureEraserGrants(ctx, e.cfg.Owner); err != nil {
+		return Receipt{}, err
+	}
 	rec, err := e.begin(ctx, tenant, hash, req)
 	if err != nil {
 		return Receipt{}, err
