@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -24,38 +23,9 @@ const ForgetChannel = "strata_subject_keys"
 // notification nobody received). It returns nil when ctx ends; connection
 // failures are logged and retried.
 func (k *Keyring) Listen(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	const retry = time.Second
-	for ctx.Err() == nil {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				logger.Warn("keyring: cannot connect to listen for destroyed keys; retrying", "error", err.Error())
-			}
-			pgsession.Sleep(ctx, retry)
-			continue
+	return pgsession.Listen(ctx, pool, ForgetChannel, "keyring (destroyed keys)", logger, k.cache.clear, func(payload string) {
+		if f := strings.Fields(payload); len(f) == 3 {
+			k.cache.forget(f[0], f[2], f[1])
 		}
-		conn := c.Hijack()
-		if _, err = conn.Exec(ctx, `LISTEN `+ForgetChannel); err == nil {
-			k.cache.clear()
-			for {
-				n, werr := conn.WaitForNotification(ctx)
-				if werr != nil {
-					err = werr
-					break
-				}
-				if f := strings.Fields(n.Payload); len(f) == 3 {
-					k.cache.forget(f[0], f[2], f[1])
-				}
-			}
-		}
-		pgsession.Close(conn)
-		if ctx.Err() == nil {
-			logger.Warn("keyring: lost the connection listening for destroyed keys; reconnecting", "error", err.Error())
-			pgsession.Sleep(ctx, retry)
-		}
-	}
-	return nil
+	})
 }

@@ -54,40 +54,5 @@ func NotifyAppends(ctx context.Context, pool *pgxpool.Pool, appended func() <-ch
 // listening are lost. It returns nil when ctx ends; connection failures are
 // logged and retried.
 func Listen(ctx context.Context, pool *pgxpool.Pool, wake *Signal, logger *slog.Logger) error {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	const retry = time.Second
-	for ctx.Err() == nil {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				logger.Warn("cannot connect to listen for new events; runners poll meanwhile", "error", err.Error())
-			}
-			pgsession.Sleep(ctx, retry)
-			continue
-		}
-		conn := c.Hijack()
-		if _, err := conn.Exec(ctx, `LISTEN `+NotifyChannel); err != nil {
-			pgsession.Close(conn)
-			if ctx.Err() == nil {
-				logger.Warn("cannot listen for new events; runners poll meanwhile", "error", err.Error())
-			}
-			pgsession.Sleep(ctx, retry)
-			continue
-		}
-		wake.Fire()
-		for {
-			if _, err = conn.WaitForNotification(ctx); err != nil {
-				break
-			}
-			wake.Fire()
-		}
-		pgsession.Close(conn)
-		if ctx.Err() == nil {
-			logger.Warn("lost the connection listening for new events; reconnecting", "error", err.Error())
-			pgsession.Sleep(ctx, retry)
-		}
-	}
-	return nil
+	return pgsession.Listen(ctx, pool, NotifyChannel, "projection runners (new events; they poll meanwhile)", logger, wake.Fire, func(string) { wake.Fire() })
 }
