@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples"
 	"github.com/strata-es/strata/examples/orders/order"
@@ -273,5 +274,59 @@ FROM strata.customer_summaries s JOIN strata.customer_paid_totals p USING (tenan
 	}
 	if n := plainInLog(); n != 0 {
 		t.Fatalf("%d events hold plaintext personal data", n)
+	}
+}
+
+// TestSubjectErasureOverHTTP: a tenant admin forgets a customer through
+// POST /v1/admin/subjects/erase (the subject in the body), follows the
+// erasure with GET /v1/admin/subject-erasures/{id} to its receipt, and
+// the customer's orders read as erased while the other's do not. A
+// token without the admin scope is refused; another tenant cannot see
+// the erasure.
+func TestSubjectErasureOverHTTP(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	vars := directoryVars(t, url)
+	base, _, stop := startServe(t, vars)
+	defer stop()
+	waitReady(t, base)
+	for _, tenant := range []string{"acme", "beta"} {
+		provisionOver(t, base, tenant)
+		waitServed(t, base, tenant)
+	}
+	for _, o := range [][2]string{{"o-c", "carol-h2"}, {"o-d", "dave-h2"}} {
+		if status, raw, _ := apiCall(t, nil, base, tenantToken(t, "acme"), "POST", "/v1/orders", `{"order_id":"`+o[0]+`","customer_id":"`+o[1]+`","currency":"EUR"}`); status != 201 {
+			t.Fatalf("create %s: %d %s", o[0], status, raw)
+		}
+	}
+	body := `{"subject":"carol-h2","reason":"asked to be forgotten"}`
+	if status, raw, _ := apiCall(t, nil, base, tenantToken(t, "acme"), "POST", "/v1/admin/subjects/erase", body); status != 403 {
+		t.Fatalf("erase without the admin scope: %d %s", status, raw)
+	}
+	admin := tenantToken(t, "acme", auth.ScopeAdmin)
+	status, raw, _ := apiCall(t, nil, base, admin, "POST", "/v1/admin/subjects/erase", body)
+	var st subjects.Status
+	if status != 202 || json.Unmarshal(raw, &st) != nil || st.ErasureID == "" {
+		t.Fatalf("erase: %d %s", status, raw)
+	}
+	waitUntil(t, 60*time.Second, func() bool {
+		status, raw, _ := apiCall(t, nil, base, admin, "GET", "/v1/admin/subject-erasures/"+st.ErasureID, "")
+		return status == 200 && json.Unmarshal(raw, &st) == nil && st.Finished
+	}, "the erasure finished")
+	if st.Receipt == nil || st.Receipt.KeyID == "" || st.Receipt.RequestedBy != "api:ops" || len(st.StepsDone) != len(subjects.Steps) {
+		t.Fatalf("finished erasure: %+v", st)
+	}
+	erased := order.ErasedCustomerPrefix + event.PseudonymOf(st.Receipt.KeyID)
+	for id, want := range map[string]string{"o-c": erased, "o-d": "dave-h2"} {
+		status, raw, _ := apiCall(t, nil, base, admin, "GET", "/v1/orders/"+id, "")
+		var got map[string]any
+		if status != 200 || json.Unmarshal(raw, &got) != nil || got["customer_id"] != want {
+			t.Fatalf("%s after the erasure: %d %s, want customer %s", id, status, raw, want)
+		}
+	}
+	if status, raw, _ := apiCall(t, nil, base, tenantToken(t, "beta", auth.ScopeAdmin), "GET", "/v1/admin/subject-erasures/"+st.ErasureID, ""); status != 404 {
+		t.Fatalf("another tenant reading the erasure: %d %s", status, raw)
+	}
+	if status, raw, _ := apiCall(t, nil, base, admin, "POST", "/v1/admin/subjects/erase", `{"subject":"","reason":"x"}`); status != 400 {
+		t.Fatalf("an empty subject: %d %s", status, raw)
 	}
 }

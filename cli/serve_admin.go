@@ -12,6 +12,8 @@ import (
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/replay/adminapi"
 	"github.com/strata-es/strata/telemetry"
+	"github.com/strata-es/strata/tenancy/subjects"
+	"github.com/strata-es/strata/tenancy/subjects/subjectapi"
 )
 
 // failurePolicy reads the projection runners' failure policy (decision 5)
@@ -87,6 +89,21 @@ func wireAdmin(a *app) error {
 		return reader.RecordAudit(ctx, readmodels.AuditEntry{Subject: e.Subject, Action: e.Action, Target: e.Target, RequestID: e.RequestID})
 	}
 	adminapi.New(svc, audit, bg).Register(a.queryAPI)
+
+	// Subject erasures: on the owner connection (503 without it), the
+	// tenant's read models rebuilt by the same replay service.
+	var eraser *subjects.Eraser
+	if a.pools.owner != nil {
+		if eraser, err = subjects.New(subjects.Config{Owner: a.pools.owner, Rebuild: func(ctx context.Context, tenant string) (int, error) {
+			res, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: tenant, Actor: "subject erasure"})
+			return len(res.Projections), err
+		}}); err != nil {
+			return err
+		}
+	}
+	subjectapi.New(eraser, func(ctx context.Context, subject, action, target, requestID string) error {
+		return reader.RecordAudit(ctx, readmodels.AuditEntry{Subject: subject, Action: action, Target: target, RequestID: requestID})
+	}, bg, a.logger).Register(a.queryAPI)
 
 	// strata_dead_letters{projection} and the lag, at scrape time: the
 	// monitor's lag over the whole log and the checkpoints' counters.

@@ -121,17 +121,95 @@ type record struct {
 	started                  time.Time
 }
 
+// Status is where an erasure is.
+type Status struct {
+	ErasureID string    `json:"erasure_id"`
+	StepsDone []string  `json:"steps_done"`
+	Finished  bool      `json:"finished"`
+	StartedAt time.Time `json:"started_at"`
+	Receipt   *Receipt  `json:"receipt,omitempty"`
+}
+
+// ErrNotFound: no erasure of the tenant has that ID.
+var ErrNotFound = errors.New("subject erasure not found")
+
+func (r *record) status() Status {
+	if r.id == "" && r.receipt != nil { // a finished erasure, asked for again
+		return Status{ErasureID: r.receipt.ErasureID, StepsDone: slices.Clone(Steps), Finished: true, StartedAt: r.receipt.StartedAt, Receipt: r.receipt}
+	}
+	st := Status{ErasureID: r.id, StepsDone: []string{}, StartedAt: r.started.UTC(), Receipt: r.receipt, Finished: r.receipt != nil}
+	for _, s := range Steps {
+		if _, ok := r.steps[s]; ok {
+			st.StepsDone = append(st.StepsDone, s)
+		}
+	}
+	return st
+}
+
+func (req Request) check() error {
+	if _, err := domain.ParseTenantID(string(req.Tenant)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if req.Subject == "" || len(req.Subject) > 1000 {
+		return fmt.Errorf("%w: a subject ID is 1 to 1000 bytes", ErrInvalid)
+	}
+	if req.Reason == "" || len(req.Reason) > 500 || req.Actor == "" {
+		return fmt.Errorf("%w: a reason (1 to 500 characters) and the requester are required", ErrInvalid)
+	}
+	return nil
+}
+
+// Begin starts the subject's erasure (or finds the one under way, or the
+// finished one when nothing of the subject is left) without running a
+// step: a caller that runs Erase in the background answers with it.
+func (e *Eraser) Begin(ctx context.Context, req Request) (Status, error) {
+	if err := req.check(); err != nil {
+		return Status{}, err
+	}
+	if _, err := db.EnsureEraserGrants(ctx, e.cfg.Owner); err != nil {
+		return Status{}, err
+	}
+	rec, err := e.begin(ctx, string(req.Tenant), personal.SubjectHash(string(req.Tenant), req.Subject), req)
+	if err != nil {
+		return Status{}, err
+	}
+	return rec.status(), nil
+}
+
+// Status returns the tenant's erasure id.
+func (e *Eraser) Status(ctx context.Context, tenant domain.TenantID, id string) (Status, error) {
+	var st Status
+	err := e.eraserTx(ctx, string(tenant), func(tx pgx.Tx) error {
+		var rec record
+		var steps, receipt []byte
+		err := tx.QueryRow(ctx, `SELECT erasure_id::text, steps, receipt, started_at FROM subject_erasures WHERE tenant_id = $1 AND erasure_id::text = $2`,
+			string(tenant), id).Scan(&rec.id, &steps, &receipt, &rec.started)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(steps, &rec.steps); err != nil {
+			return err
+		}
+		if receipt != nil {
+			rec.receipt = &Receipt{}
+			if err := json.Unmarshal(receipt, rec.receipt); err != nil {
+				return err
+			}
+		}
+		st = rec.status()
+		return nil
+	})
+	return st, err
+}
+
 // Erase forgets the subject, resuming the subject's unfinished erasure if
 // there is one, and returns the receipt.
 func (e *Eraser) Erase(ctx context.Context, req Request) (Receipt, error) {
-	if _, err := domain.ParseTenantID(string(req.Tenant)); err != nil {
-		return Receipt{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if req.Subject == "" || len(req.Subject) > 1000 {
-		return Receipt{}, fmt.Errorf("%w: a subject ID is 1 to 1000 bytes", ErrInvalid)
-	}
-	if req.Reason == "" || len(req.Reason) > 500 || req.Actor == "" {
-		return Receipt{}, fmt.Errorf("%w: a reason (1 to 500 characters) and the requester are required", ErrInvalid)
+	if err := req.check(); err != nil {
+		return Receipt{}, err
 	}
 	if e.cfg.Rebuild == nil {
 		return Receipt{}, errors.New("subjects: an erasure needs Config.Rebuild")
