@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -328,5 +331,75 @@ func TestSubjectErasureOverHTTP(t *testing.T) {
 	}
 	if status, raw, _ := apiCall(t, nil, base, admin, "POST", "/v1/admin/subjects/erase", `{"subject":"","reason":"x"}`); status != 400 {
 		t.Fatalf("an empty subject: %d %s", status, raw)
+	}
+}
+
+// TestSubjectErasureKilledAtEveryStep: `strata subjects erase` is
+// SIGKILLed inside each step's transaction, the step's work written and
+// not committed (failpoint subjects.<step>), one run per step, then run to
+// the end: its receipt holds what an erasure never interrupted holds for
+// an identical tenant, and the subject is forgotten.
+func TestSubjectErasureKilledAtEveryStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	url := pgtest.NewDatabase(t)
+	vars := directoryVars(t, url)
+	base, _, stop := startServe(t, vars)
+	defer stop()
+	waitReady(t, base)
+	for _, tenant := range []string{"acme", "beta"} {
+		provisionOver(t, base, tenant)
+		waitServed(t, base, tenant)
+		for _, o := range [][3]string{{"o-1", "erin-k9", "psp-e1"}, {"o-2", "erin-k9", "psp-e2"}, {"o-3", "finn-k9", "psp-f3"}} {
+			for _, c := range [][3]string{
+				{"/v1/orders", `{"order_id":"` + o[0] + `","customer_id":"` + o[1] + `","currency":"EUR"}`, "create-" + o[0]},
+				{"/v1/orders/" + o[0] + "/lines", `{"product_id":"p-1","quantity":1,"unit_price":{"amount":700,"currency":"EUR"}}`, ""},
+				{"/v1/orders/" + o[0] + "/place", "", ""},
+				{"/v1/orders/" + o[0] + "/pay", `{"payment_reference":"` + o[2] + `"}`, ""},
+			} {
+				var header []string
+				if c[2] != "" {
+					header = []string{"Idempotency-Key", c[2]}
+				}
+				if status, raw, _ := apiCall(t, nil, base, tenantToken(t, tenant), "POST", c[0], c[1], header...); status >= 300 {
+					t.Fatalf("%s %s: %d %s", tenant, c[0], status, raw)
+				}
+			}
+		}
+	}
+	erase := func(tenant string) subjects.Receipt {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(ctx, []string{"subjects", "erase", tenant, "erin-k9", "--reason", "asked", "--json"}, testEnv(vars), &out, &errb); code != exitOK {
+			t.Fatalf("erase %s: %d %s", tenant, code, errb.String())
+		}
+		var r subjects.Receipt
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, step := range subjects.Steps {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "STRATA_TEST_AS_MAIN=1", "STRATA_TEST_ARGS=subjects erase acme erin-k9 --reason asked", "STRATA_FAILPOINTS=subjects."+step)
+		for k, v := range vars {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != -1 { // -1: ended by a signal
+			t.Fatalf("the erasure with failpoint subjects.%s was not killed: %v %s", step, err, out)
+		}
+	}
+	killed, clean := erase("acme"), erase("beta")
+	if !reflect.DeepEqual(killed.Stores, clean.Stores) || killed.KeyID == "" {
+		t.Fatalf("the erasure killed at every step holds %+v, one never interrupted %+v", killed.Stores, clean.Stores)
+	}
+	if again := erase("acme"); again.ContentHash != killed.ContentHash {
+		t.Fatalf("run again after the end: receipt %s, then %s", killed.ContentHash, again.ContentHash)
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"subjects", "verify", "acme", "erin-k9"}, testEnv(vars), &out, &errb); code != exitOK {
+		t.Fatalf("verify after the killed erasure: %d %s%s", code, out.String(), errb.String())
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/personal"
 )
 
@@ -327,9 +328,14 @@ func done(ctx context.Context, tx pgx.Tx, tenant string, rec *record, step strin
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `UPDATE subject_erasures SET steps = $3, stores = $4, key_id = $5 WHERE tenant_id = $1 AND erasure_id = $2`,
-		tenant, rec.id, steps, all, rec.keyID)
-	return err
+	if _, err = tx.Exec(ctx, `UPDATE subject_erasures SET steps = $3, stores = $4, key_id = $5 WHERE tenant_id = $1 AND erasure_id = $2`,
+		tenant, rec.id, steps, all, rec.keyID); err != nil {
+		return err
+	}
+	// The fault tests kill the process here: the step's work and its
+	// record are written, not committed.
+	failpoint.Hit("subjects." + step)
+	return nil
 }
 
 func (e *Eraser) run(ctx context.Context, step, tenant, hash, subject string, rec *record) error {
