@@ -41,3 +41,23 @@ func FuzzTopMembers(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSealedValue: the fast read of a sealed field agrees with the full
+// decode on everything.
+func FuzzSealedValue(f *testing.F) {
+	for _, s := range []string{`{"$sealed":"v1.ab.Zm9v"}`, `{"$sealed": "v1.ab.Zm9v"}`, `{ "$sealed" : "v1.x" }`, `{"$sealed":"a\"b"}`,
+		`{"$sealed":"x","y":1}`, `{"$sealed":""}`, `{"$sealed":"x"} `, `{"$sealed":1}`, `{"$sealed":"x"}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := sealedFast(data)
+		if !ok {
+			return
+		}
+		var obj map[string]json.RawMessage
+		var want string
+		if json.Unmarshal(data, &obj) != nil || len(obj) != 1 || json.Unmarshal(obj[SealedField], &want) != nil || want != got {
+			t.Fatalf("%q: fast %q, full decode %q (%v)", data, got, want, obj)
+		}
+	})
+}
