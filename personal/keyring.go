@@ -81,10 +81,7 @@ func (k *Keyring) SubjectKey(ctx context.Context, tenant, subject string) (strin
 	if id, ok := k.cache.subject(tenant, hash); ok {
 		return id, nil
 	}
-	id, err := k.loadSubject(ctx, tenant, hash)
-	if err == nil && id == "" {
-		id, err = k.create(ctx, tenant, hash)
-	}
+	id, err := k.ensureSubject(ctx, tenant, hash)
 	if err != nil {
 		return "", err
 	}
@@ -92,35 +89,14 @@ func (k *Keyring) SubjectKey(ctx context.Context, tenant, subject string) (strin
 	return id, nil
 }
 
-// loadSubject reads the subject's key, unwrapping it into the cache; ""
-// when the subject has none.
-func (k *Keyring) loadSubject(ctx context.Context, tenant, hash string) (string, error) {
-	var id, kekID string
-	var wrapped []byte
-	found := false
-	err := k.inTenant(ctx, tenant, func(b *pgx.Batch) {
-		b.Queue(`SELECT key_id, kek_id, wrapped FROM subject_keys WHERE tenant_id = $1 AND subject_hash = $2`, tenant, hash).
-			QueryRow(func(row pgx.Row) error {
-				err := row.Scan(&id, &kekID, &wrapped)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil
-				}
-				found = err == nil
-				return err
-			})
-	})
-	if err != nil || !found {
-		return "", err
-	}
-	if _, err := k.unwrap(tenant, id, kekID, wrapped); err != nil {
-		return "", err
-	}
-	return id, nil
-}
-
-// create makes the subject a key; a concurrent creator's key wins, and
-// both callers use it.
-func (k *Keyring) create(ctx context.Context, tenant, hash string) (string, error) {
+// ensureSubject returns the subject's key, unwrapped into the cache, in
+// one round trip: a new key is offered (an insert that does nothing when
+// the subject has one) and the subject's key read back, in one pipeline,
+// hence one implicit transaction that commits before the caller seals
+// anything with it. Concurrent first uses agree: the insert waits for a
+// concurrent one and does nothing, and the read, a statement of its own,
+// sees the winner.
+func (k *Keyring) ensureSubject(ctx context.Context, tenant, hash string) (string, error) {
 	dek := make([]byte, 32)
 	raw := make([]byte, 16)
 	if _, err := rand.Read(dek); err != nil {
@@ -129,31 +105,34 @@ func (k *Keyring) create(ctx context.Context, tenant, hash string) (string, erro
 	if _, err := rand.Read(raw); err != nil {
 		return "", err
 	}
-	id := hex.EncodeToString(raw)
+	offered := hex.EncodeToString(raw)
 	kek, err := k.keks.Current()
 	if err != nil {
 		return "", err
 	}
-	wrapped, err := kek.Wrap(dek, wrapAD(tenant, id))
+	wrappedNew, err := kek.Wrap(dek, wrapAD(tenant, offered))
+	clear(dek)
 	if err != nil {
 		return "", fmt.Errorf("wrap a data key: %w", err)
 	}
+	var id, kekID string
+	var wrapped []byte
 	err = k.inTenant(ctx, tenant, func(b *pgx.Batch) {
 		b.Queue(`INSERT INTO subject_keys (tenant_id, key_id, subject_hash, kek_id, wrapped) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (tenant_id, subject_hash) DO NOTHING`, tenant, id, hash, kek.ID(), wrapped)
+ON CONFLICT (tenant_id, subject_hash) DO NOTHING`, tenant, offered, hash, kek.ID(), wrappedNew)
+		b.Queue(`SELECT key_id, kek_id, wrapped FROM subject_keys WHERE tenant_id = $1 AND subject_hash = $2`, tenant, hash).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&id, &kekID, &wrapped) })
 	})
-	if err != nil {
-		return "", fmt.Errorf("store a data key: %w", err)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", errors.New("store a data key: the subject has no key after its insert")
 	}
-	// Whoever won, the stored key is the subject's.
-	won, err := k.loadSubject(ctx, tenant, hash)
 	if err != nil {
+		return "", fmt.Errorf("the subject's data key: %w", err)
+	}
+	if _, err := k.unwrap(tenant, id, kekID, wrapped); err != nil {
 		return "", err
 	}
-	if won == "" {
-		return "", errors.New("store a data key: the key is not there after its insert")
-	}
-	return won, nil
+	return id, nil
 }
 
 // Seal implements event.Protector.
