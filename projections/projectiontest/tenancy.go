@@ -38,7 +38,7 @@ type Row map[string]any
 // engineRows are the rows of the engine's tables whose patterns no value
 // the kit makes matches, so that no module's test has to give them.
 var engineRows = map[string]Row{
-	"subject_keys": {"key_id": strings.Repeat("0", 32), "subject_hash": strings.Repeat("a", 64), "kek_id": "db-0000000000000000", "wrapped": []byte{1}},
+	"subject_keys":     {"key_id": strings.Repeat("0", 32), "subject_hash": strings.Repeat("a", 64), "kek_id": "db-0000000000000000", "wrapped": []byte{1}},
 	"subject_erasures": {"erasure_id": "00000000-0000-4000-8000-000000000000", "subject_hash": strings.Repeat("a", 64), "reason": "a test", "requested_by": "kit"},
 }
 

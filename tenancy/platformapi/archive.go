@@ -22,16 +22,16 @@ const (
 )
 
 // archiveJobs runs archives and re-hydrations in the background
-// (background).
+// (tenantJobs).
 type archiveJobs struct {
-	background
+	tenantJobs
 	archiver *archive.Archiver
 }
 
 // SetArchiver enables the archive routes; ctx bounds the background jobs.
 // Without it (no archive store configured) they answer 503.
 func (a *API) SetArchiver(ctx context.Context, ar *archive.Archiver, logger *slog.Logger) {
-	a.archive = &archiveJobs{background: newBackground(ctx, logger), archiver: ar}
+	a.archive = &archiveJobs{tenantJobs: newBackground(ctx, logger), archiver: ar}
 }
 
 func (a *API) registerArchive(s *mux.Router) {

@@ -18,16 +18,16 @@ const (
 	RouteErasure = "platform.tenant.erasure"
 )
 
-// eraseJobs runs erasures in the background (background).
+// eraseJobs runs erasures in the background (tenantJobs).
 type eraseJobs struct {
-	background
+	tenantJobs
 	eraser *tenancy.Eraser
 }
 
 // SetEraser enables the erasure routes; ctx bounds the background jobs.
 // Without it they answer 503.
 func (a *API) SetEraser(ctx context.Context, e *tenancy.Eraser, logger *slog.Logger) {
-	a.erase = &eraseJobs{background: newBackground(ctx, logger), eraser: e}
+	a.erase = &eraseJobs{tenantJobs: newBackground(ctx, logger), eraser: e}
 }
 
 func (a *API) registerErasure(s *mux.Router) {

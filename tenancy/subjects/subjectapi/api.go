@@ -11,13 +11,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/httpapi"
+	"github.com/strata-es/strata/internal/background"
 	"github.com/strata-es/strata/tenancy/subjects"
 )
 
@@ -34,21 +34,14 @@ type AuditFunc func(ctx context.Context, subject, action, target, requestID stri
 type API struct {
 	eraser *subjects.Eraser // nil: this process cannot erase (no owner connection): 503
 	audit  AuditFunc
-	bg     context.Context
-	logger *slog.Logger
-
-	mu      sync.Mutex
-	running map[string]bool // tenant and erasure ID
+	jobs   *background.Runner // by tenant and erasure ID
 }
 
 // New returns the API; eraser may be nil (the routes then answer 503).
 // Erasures run on bg: a shutdown stops one between steps, and a POST
 // resumes it.
 func New(eraser *subjects.Eraser, audit AuditFunc, bg context.Context, logger *slog.Logger) *API {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &API{eraser: eraser, audit: audit, bg: bg, logger: logger, running: map[string]bool{}}
+	return &API{eraser: eraser, audit: audit, jobs: background.New(bg, logger)}
 }
 
 // Register adds the routes to r, which must already authenticate; they
@@ -97,18 +90,10 @@ func (a *API) erase(w http.ResponseWriter, r *http.Request) {
 
 // start runs the erasure in the background unless it runs here already.
 func (a *API) start(key string, req subjects.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.running[key] {
-		return
-	}
-	a.running[key] = true
-	go func() {
-		defer func() { a.mu.Lock(); delete(a.running, key); a.mu.Unlock() }()
-		if _, err := a.eraser.Erase(a.bg, req); err != nil {
-			a.logger.Warn("subject erasure stopped; POST again to resume", "tenant", string(req.Tenant), "error", err.Error())
-		}
-	}()
+	a.jobs.Start(key, "subject erasure", func(ctx context.Context) error {
+		_, err := a.eraser.Erase(ctx, req)
+		return err
+	}, "tenant", string(req.Tenant))
 }
 
 func (a *API) status(w http.ResponseWriter, r *http.Request) {
