@@ -45,7 +45,30 @@ func setSyncStandby(t *testing.T, url, name string) {
 			t.Fatal(err)
 		}
 		if got == name {
-			return
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if name == "" {
+		return
+	}
+	// A session sees the setting before commits wait on it: the
+	// checkpointer publishes that a synchronous standby is named when it
+	// has read the new configuration. Probe until a commit waits.
+	for {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = c.Exec(pctx, "CREATE TEMP TABLE sync_probe (x int)") // catalog rows: WAL, hence a commit that waits
+		cancel()
+		c.Close(context.Background())
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatal("commits never began to wait for the synchronous standby")
+			}
+			return // the probe's commit waited: the setting is in force
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
