@@ -117,11 +117,20 @@ func TestTenantTiersOverHTTP(t *testing.T) {
 		t.Fatalf("heavy hitters with an admin token: %d %s", st, body)
 	}
 
-	// acme 3 commands, beta 1; then the heavy hitters rank them.
+	// acme 3 commands, beta 1; then the heavy hitters rank them. The
+	// tier and cohort reach the serving directory by a push: wait until
+	// acme's queries are labelled gold/launch before counting commands.
 	waitUntil(t, 5*time.Second, func() bool {
 		st, _, _ := apiCall(t, nil, base, tenantToken(t, "beta"), http.MethodGet, "/v1/orders", "")
 		return st == http.StatusOK
 	}, "beta is served")
+	waitUntil(t, 5*time.Second, func() bool {
+		if st, _, _ := apiCall(t, nil, base, tenantToken(t, "acme"), http.MethodGet, "/v1/orders", ""); st != http.StatusOK {
+			return false
+		}
+		_, metrics := scrape(t, banner)
+		return strings.Contains(string(metrics), `strata_tenant_requests_total{api="queries",tenant_id="acme",tenant_tier="gold"}`)
+	}, "acme's tier and cohort reach the serving directory")
 	for tenant, n := range map[string]int{"acme": 3, "beta": 1} {
 		for range n {
 			if st, body, _ := apiCall(t, nil, base, tenantToken(t, tenant), http.MethodPost, "/v1/orders", `{"customer_id":"c-1","currency":"EUR"}`); st != http.StatusCreated {
