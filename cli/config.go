@@ -116,6 +116,7 @@ var envVars = map[string]string{
 	"STRATA_PLATFORM_RETENTION_INTERVAL":   "pause between the serving processes' passes deleting expired export jobs and tenant_audit rows (default 10m)",
 
 	// The archive store of cold tenants (docs/tenants.md, "Archive").
+	"STRATA_BACKUP_RETENTION":         "how long the deployment keeps its backups (35d, 72h): dates when the backups taken before a subject's erasure stop holding their key (unset: the receipt says it is the deployment's retention)",
 	"STRATA_KEK_FILE":                 "a file holding the key-encryption key (32 bytes, base64 or hex) that wraps the data keys of personal data (unset: a key held in each database; docs/personal-data.md)",
 	"STRATA_ARCHIVE_S3_ENDPOINT":      "the archive store's S3 endpoint, http:// or https:// (unset: no archive store)",
 	"STRATA_ARCHIVE_S3_BUCKET":        "the archive store's bucket",

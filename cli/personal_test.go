@@ -39,6 +39,10 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	defer cancel()
 	url := pgtest.NewDatabase(t)
 	vars := directoryVars(t, url)
+	vars["STRATA_PROJECTION_RETRY_ATTEMPTS"] = "1" // the dead letter below parks at once
+	vars["STRATA_PROCESSES"] = "all"               // the fulfilment process keeps payment references
+	vars["STRATA_PROCESS_POLL"] = "100ms"
+	vars["STRATA_BACKUP_RETENTION"] = "35d"
 	base, _, stop := startServe(t, vars)
 	defer stop()
 	waitReady(t, base)
@@ -65,8 +69,20 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 		}
 		call("POST", "/v1/orders/"+id+"/lines", `{"product_id":"p-1","quantity":2,"unit_price":{"amount":250,"currency":"EUR"}}`)
 		call("POST", "/v1/orders/"+id+"/place", "")
+		if id == "o-a2" {
+			// A dead letter of hers: order_details loses the order's row,
+			// so her payment parks there (the data sealed, the error text
+			// the projection's).
+			waitUntil(t, 10*time.Second, func() bool {
+				var n int
+				queryOn(t, url, `SELECT count(*) FROM strata.order_details WHERE tenant_id = 'acme' AND order_id = 'o-a2' AND status = 'placed'`, nil, &n)
+				return n == 1
+			}, "o-a2 placed in order_details")
+			execOn(t, url, `DELETE FROM strata.order_details WHERE tenant_id = 'acme' AND order_id = 'o-a2'`)
+		}
 		call("POST", "/v1/orders/"+id+"/pay", `{"payment_reference":"`+ref+`"}`)
 	}
+	call("POST", "/v1/inventory/p-1/receive", `{"quantity":100}`) // so that fulfilment reserves, not cancels
 	call("POST", "/v1/orders", `{"order_id":"o-a0","customer_id":"alice-q7","currency":"EUR"}`)
 	call("POST", "/v1/orders/o-a0/lines", `{"product_id":"p-1","quantity":1,"unit_price":{"amount":100,"currency":"EUR"}}`)
 	call("POST", "/v1/orders/o-a0/place", "")
@@ -74,6 +90,22 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	place("o-a2", "alice-q7", "psp-alice-2")
 	place("o-b1", "bob-q7", "psp-bob-1")
 
+	waitUntil(t, 20*time.Second, func() bool {
+		var n int
+		queryOn(t, url, `SELECT count(*) FROM strata.dead_letters WHERE tenant_id = 'acme' AND stream_id = 'order-o-a2' AND status = 'parked'
+AND event_type = 'order.paid' AND data::text LIKE '%"$sealed"%'`, nil, &n)
+		return n == 1
+	}, "her payment of o-a2 parked by order_details")
+	// What her orders' fulfilment instances keep in plaintext: the payment
+	// references in their state, the history's notes.
+	plainInProcesses := func(pattern string) int {
+		var n int
+		queryOn(t, url, `SELECT (SELECT count(*) FROM strata.process_instances WHERE state::text LIKE $1)
+     + (SELECT count(*) FROM strata.process_steps WHERE payload::text LIKE $1 OR coalesce(result::text, '') LIKE $1 OR coalesce(last_error, '') LIKE $1)
+     + (SELECT count(*) FROM strata.process_history WHERE note LIKE $1 OR summary::text LIKE $1)`, []any{pattern}, &n)
+		return n
+	}
+	waitUntil(t, 20*time.Second, func() bool { return plainInProcesses("%psp-alice-2%") > 0 }, "the fulfilment of o-a2 sees her payment")
 	plainInLog := func() int {
 		var n int
 		queryOn(t, url, `SELECT count(*) FROM strata.events WHERE data::text ~ '(alice|bob)-q7|psp-(alice|bob)'`, nil, &n)
@@ -153,10 +185,16 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	for _, st := range receipt.Stores {
 		stores[st.Name+" "+st.Mode] = st.Count
 	}
-	want := map[string]int64{"keys deleted": 1, "log shredded": 5, "dead_letters shredded": 0, "relay shredded": -1,
-		"idempotency_records deleted": 1, "exports deleted": 0, "read_models tombstoned": int64(len(examples.All().Projections()))}
+	want := map[string]int64{"keys deleted": 1, "log shredded": 5, "dead_letters shredded": 1, "relay shredded": -1,
+		"idempotency_records deleted": 1, "exports deleted": 0, "read_models tombstoned": int64(len(examples.All().Projections())),
+		"process_instances tombstoned": 3, "dead_letter_errors tombstoned": 1, "backups beyond_use": -1}
 	if !maps.Equal(stores, want) || len(keyID) != 32 || receipt.Pseudonym != event.PseudonymOf(keyID) {
 		t.Fatalf("receipt: %+v\nstores %v, want %v", receipt, stores, want)
+	}
+	for _, st := range receipt.Stores {
+		if st.Name == "backups" && (st.Until == nil || st.Until.Sub(receipt.StartedAt) < 35*24*time.Hour-time.Second || st.Until.Sub(receipt.StartedAt) > 35*24*time.Hour+time.Minute) {
+			t.Fatalf("backups beyond use until %v, want 35 days after the erasure started (%v)", st.Until, receipt.StartedAt)
+		}
 	}
 	again := receipt
 	again.ContentHash = ""
@@ -176,9 +214,20 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 		t.Fatalf("erase run again: %d %s%s, want the receipt %s", code, out, errOut, receipt.ContentHash)
 	}
 	var idem int
-	queryOn(t, url, `SELECT count(*) FROM strata.idempotency_keys WHERE tenant_id = 'acme'`, nil, &idem)
+	queryOn(t, url, `SELECT count(*) FROM strata.idempotency_keys WHERE tenant_id = 'acme' AND key LIKE 'create-%'`, nil, &idem)
 	if idem != 1 {
 		t.Fatalf("%d idempotency records left, want bob's only", idem)
+	}
+	if n := plainInProcesses("%psp-alice%"); n != 0 {
+		t.Fatalf("%d process rows still hold her payment references", n)
+	}
+	if n := plainInProcesses("%psp-bob-1%"); n == 0 {
+		t.Fatal("the erasure of alice redacted bob's fulfilment")
+	}
+	var letterError string
+	queryOn(t, url, `SELECT error FROM strata.dead_letters WHERE tenant_id = 'acme' AND stream_id = 'order-o-a2'`, nil, &letterError)
+	if strings.Contains(letterError, "o-a2") || !strings.Contains(letterError, "erased") {
+		t.Fatalf("the error text of her dead letter after the erasure: %q", letterError)
 	}
 	if code, out, errOut := owner("subjects", "verify", "acme", "alice-q7"); code != exitOK {
 		t.Fatalf("verify after the erasure: %d\n%s%s", code, out, errOut)
@@ -240,9 +289,12 @@ FROM strata.customer_summaries s JOIN strata.customer_paid_totals p USING (tenan
 	}
 
 	// Rotation: every data key re-wrapped, the log untouched.
+	// (The events up to now: the fulfilment process appends its own.)
 	var logBefore, logAfter string
-	const digest = `SELECT md5(string_agg(event_id::text || data::text, '' ORDER BY position)) FROM strata.events`
-	queryOn(t, url, digest, nil, &logBefore)
+	var upTo int64
+	queryOn(t, url, `SELECT max(position) FROM strata.events`, nil, &upTo)
+	const digest = `SELECT md5(string_agg(event_id::text || data::text, '' ORDER BY position)) FROM strata.events WHERE position <= $1`
+	queryOn(t, url, digest, []any{upTo}, &logBefore)
 	code, out, errOut = owner("keys", "rotate", "--json")
 	if code != exitOK {
 		t.Fatalf("keys rotate: %d\n%s%s", code, out, errOut)
@@ -264,7 +316,7 @@ FROM strata.customer_summaries s JOIN strata.customer_paid_totals p USING (tenan
 	if r.Rotation.Keys != 2 || len(r.Keys) != 1 || r.Keys[r.Current] != 2 {
 		t.Fatalf("after the rotation: %+v (want bob's and alice's new key re-wrapped by the current KEK)", r)
 	}
-	queryOn(t, url, digest, nil, &logAfter)
+	queryOn(t, url, digest, []any{upTo}, &logAfter)
 	if logBefore != logAfter {
 		t.Fatal("the rotation changed the log")
 	}

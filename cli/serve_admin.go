@@ -92,9 +92,13 @@ func wireAdmin(a *app) error {
 
 	// Subject erasures: on the owner connection (503 without it), the
 	// tenant's read models rebuilt by the same replay service.
+	retention, err := backupRetention(a.env)
+	if err != nil {
+		return err
+	}
 	var eraser *subjects.Eraser
 	if a.pools.owner != nil {
-		if eraser, err = subjects.New(subjects.Config{Owner: a.pools.owner, Rebuild: func(ctx context.Context, tenant string) (int, error) {
+		if eraser, err = subjects.New(subjects.Config{Owner: a.pools.owner, Processes: svc.ProcessPersonal(), BackupRetention: retention, Rebuild: func(ctx context.Context, tenant string) (int, error) {
 			res, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: tenant, Actor: "subject erasure"})
 			return len(res.Projections), err
 		}}); err != nil {

@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/replay"
+	"github.com/strata-es/strata/tenancy"
 	"github.com/strata-es/strata/tenancy/subjects"
 )
 
@@ -70,13 +72,18 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 	if sub == "verify" {
 		return verifySubject(ctx, owner, domain.TenantID(tenant), subject, *asJSON, stdout, stderr)
 	}
+	retention, err := backupRetention(e)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitUsage
+	}
 	env, err := openReplay(ctx, e, stderr, 0)
 	if err != nil {
 		fmt.Fprintln(stderr, "strata subjects:", err)
 		return exitFailure
 	}
 	defer env.close()
-	eraser, err := subjects.New(subjects.Config{Owner: owner,
+	eraser, err := subjects.New(subjects.Config{Owner: owner, Processes: env.svc.ProcessPersonal(), BackupRetention: retention,
 		Rebuild: func(ctx context.Context, tenant string) (int, error) {
 			res, err := env.svc.Rebuild(ctx, replay.RebuildOptions{Tenant: tenant, Actor: "cli:" + osUser()})
 			return len(res.Projections), err
@@ -136,4 +143,19 @@ func verifySubject(ctx context.Context, owner *pgxpool.Pool, tenant domain.Tenan
 		return exitFailure
 	}
 	return exitOK
+}
+
+// backupRetention reads STRATA_BACKUP_RETENTION: how long the deployment
+// keeps its backups ("35d", "72h"), which dates the receipt's backups
+// line; unset, the receipt says the retention is the deployment's.
+func backupRetention(e env) (time.Duration, error) {
+	v := e.str("STRATA_BACKUP_RETENTION", "")
+	if v == "" {
+		return 0, nil
+	}
+	w, err := tenancy.ParseWindow(v)
+	if err != nil || w.Keep {
+		return 0, fmt.Errorf("STRATA_BACKUP_RETENTION=%q: want days (35d) or a duration (72h)", v)
+	}
+	return w.D, nil
 }

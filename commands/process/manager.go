@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 
 	"github.com/strata-es/strata/domain/decision"
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/internal/failpoint"
 )
 
@@ -27,6 +29,13 @@ func New[S any](def Definition[S]) (Manager, error) {
 	if def.Decide == nil {
 		errs = append(errs, errors.New("process: Decide is required"))
 	}
+	for i, f := range def.Personal {
+		if f.Name == "" || f.Tombstone == nil {
+			errs = append(errs, fmt.Errorf("process: Personal[%d]: a field needs a name and a tombstone", i))
+		} else if slices.ContainsFunc(def.Personal[:i], func(g event.PersonalField) bool { return g.Name == f.Name }) {
+			errs = append(errs, fmt.Errorf("process: Personal: %q twice", f.Name))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -39,6 +48,9 @@ type manager[S any] struct{ def Definition[S] }
 
 func (m *manager[S]) Name() string         { return m.def.Name }
 func (m *manager[S]) EventTypes() []string { return m.def.EventTypes }
+func (m *manager[S]) Personal() []event.PersonalField {
+	return slices.Clone(m.def.Personal)
+}
 
 // correlate runs Correlate and checks what it names. A panic, an instance
 // that is not an entity ID or an empty stream is an error: the event is

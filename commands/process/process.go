@@ -25,6 +25,7 @@ import (
 
 	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/domain/decision"
+	"github.com/strata-es/strata/domain/event"
 )
 
 // Definition describes one process manager whose instances hold state S.
@@ -50,6 +51,16 @@ type Definition[S any] struct {
 	// poison input: the instance is parked, the decision discarded. Decide must be
 	// deterministic: the same state and input give the same decision.
 	Decide func(state S, exists bool, in Input) (Decision[S], error)
+	// Personal names the top-level JSON fields, wherever the runtime
+	// stores them for an instance (its state, the payloads and results of
+	// its steps), that hold personal data of the subject of the instance's
+	// stream (docs/personal-data.md). They are kept in plaintext while the
+	// subject is known; a subject's erasure replaces them with their
+	// tombstones in every instance on the subject's streams, and clears
+	// those instances' free text (history notes and reasons, step errors),
+	// which the runtime cannot read for personal data. A tombstone must
+	// decode into S as the field's type.
+	Personal []event.PersonalField
 }
 
 // The inputs and the decision are package decision's (domain/decision),
@@ -133,6 +144,8 @@ func (f PortFunc) Execute(ctx context.Context, tenant domain.TenantID, key strin
 type Manager interface {
 	Name() string
 	EventTypes() []string
+	// Personal is the Definition's Personal.
+	Personal() []event.PersonalField
 }
 
 // Spec is one process as a module hands it to the runtime: the manager,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 )
 
@@ -469,4 +470,40 @@ func (c Codec) validatePersonal() error {
 		seen[f.Name] = true
 	}
 	return nil
+}
+
+// Redact returns the JSON object data with the top-level members named by
+// fields replaced by their tombstones for pseudonym, and how many it
+// replaced: what an erasure does to personal data stored outside the log
+// in plaintext (a process manager's state and step payloads), where there
+// is nothing sealed to shred. Data that is not a JSON object (null, an
+// array) holds no such members and comes back as it is.
+func Redact(data []byte, fields []PersonalField, pseudonym string) ([]byte, int, error) {
+	if len(fields) == 0 || len(bytes.TrimSpace(data)) == 0 {
+		return data, 0, nil
+	}
+	members, ok := topMembers(data)
+	if !ok {
+		if json.Valid(data) {
+			return data, 0, nil
+		}
+		return nil, 0, errors.New("redact: the data is not JSON")
+	}
+	decl := &Personal{Fields: fields}
+	values := make([][]byte, len(members))
+	n := 0
+	for k, m := range members {
+		if !slices.ContainsFunc(fields, func(f PersonalField) bool { return f.Name == m.name }) {
+			continue
+		}
+		v, err := json.Marshal(tombstoneOf(decl, m.name, pseudonym))
+		if err != nil {
+			return nil, 0, fmt.Errorf("redact %s: %w", m.name, err)
+		}
+		values[k], n = v, n+1
+	}
+	if n == 0 {
+		return data, 0, nil
+	}
+	return splice(data, members, values), n, nil
 }

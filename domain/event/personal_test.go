@@ -187,3 +187,28 @@ func TestPersonalDeclarationsAreChecked(t *testing.T) {
 		}()
 	}
 }
+
+// TestRedact: the named top-level members become their tombstones, the
+// rest of the bytes stay as they were, and what is not an object passes.
+func TestRedact(t *testing.T) {
+	fields := []event.PersonalField{{Name: "ref", Tombstone: event.Erased("erased")}, {Name: "who", Tombstone: event.Pseudonym("gone-")}}
+	for _, c := range []struct {
+		in, want string
+		n        int
+	}{
+		{`{"ref":"psp-1","n":1, "who" : {"deep":"x"},"lines":[{"ref":"kept: not top-level"}]}`,
+			`{"ref":"erased","n":1, "who" : "gone-p1","lines":[{"ref":"kept: not top-level"}]}`, 2},
+		{`{"n":1}`, `{"n":1}`, 0},
+		{`null`, `null`, 0},
+		{`[{"ref":"x"}]`, `[{"ref":"x"}]`, 0},
+		{``, ``, 0},
+	} {
+		got, n, err := event.Redact([]byte(c.in), fields, "p1")
+		if err != nil || string(got) != c.want || n != c.n {
+			t.Errorf("Redact(%s) = %s, %d, %v; want %s, %d", c.in, got, n, err, c.want, c.n)
+		}
+	}
+	if _, _, err := event.Redact([]byte(`{"ref":`), fields, "p1"); err == nil {
+		t.Error("Redact of broken JSON: no error")
+	}
+}

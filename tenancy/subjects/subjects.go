@@ -37,19 +37,21 @@ import (
 const (
 	StepDestroy     = "destroy"     // the key: the log's, dead letters' and broker's copies shredded
 	StepIdempotency = "idempotency" // the records of the subject's commands deleted
+	StepRedact      = "redact"      // plaintext outside the log: process instances tombstoned, free text cleared (redact.go)
 	StepExports     = "exports"     // the tenant's stored export archives deleted
 	StepReadModels  = "read_models" // the tenant's read models rebuilt: the subject's fields tombstoned
 	StepReceipt     = "receipt"
 )
 
 // Steps lists the steps in order.
-var Steps = []string{StepDestroy, StepIdempotency, StepExports, StepReadModels, StepReceipt}
+var Steps = []string{StepDestroy, StepIdempotency, StepRedact, StepExports, StepReadModels, StepReceipt}
 
 // The modes a store is dealt with in.
 const (
 	ModeShredded   = "shredded"   // its copies are sealed with the destroyed key
 	ModeDeleted    = "deleted"    // its rows are gone
-	ModeTombstoned = "tombstoned" // rebuilt: the subject's fields hold the declared tombstones
+	ModeBeyondUse  = "beyond_use" // kept where strata cannot reach, unusable until Until (backups)
+	ModeTombstoned = "tombstoned" // rebuilt or redacted in place: the subject's fields hold the declared tombstones
 )
 
 // Config configures an Eraser.
@@ -61,6 +63,14 @@ type Config struct {
 	// Rebuild rebuilds every projection's rows of the tenant from the log
 	// and returns how many projections it rebuilt.
 	Rebuild func(ctx context.Context, tenant string) (int, error)
+	// BackupRetention is how long the deployment keeps its backups (base
+	// backups, archived WAL): those taken before the key was destroyed
+	// still hold it, beyond use until they expire. Zero: unknown, and the
+	// receipt says so instead of a date.
+	BackupRetention time.Duration
+	// Processes are the declared personal fields of the process managers'
+	// instances (process.Definition.Personal), by process name.
+	Processes map[string][]event.PersonalField
 	// After, if set, is called after each step has committed; an error
 	// stops the erasure there (the fault tests stop it after every step).
 	After func(step string) error
@@ -82,6 +92,8 @@ type Store struct {
 	Mode  string `json:"mode"`
 	Count int64  `json:"count"`
 	Note  string `json:"note,omitempty"`
+	// Until is when a store kept beyond use stops holding the data.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // Receipt is the record of a finished erasure. ContentHash is the SHA-256
@@ -363,7 +375,7 @@ func (e *Eraser) run(ctx context.Context, step, tenant, hash, subject string, re
 				stores = append(stores, Store{Name: c.name, Mode: ModeShredded, Count: n, Note: c.note})
 			}
 			stores = append(stores, Store{Name: "relay", Mode: ModeShredded, Count: -1,
-				Note: "the broker's messages carry the fields as sealed in the log; the relay's SQL copy likewise"})
+				Note: "the broker's messages carry the fields as sealed in the log; the relay's SQL copy likewise"}, e.backups(id))
 			return done(ctx, tx, tenant, rec, step, stores...)
 		})
 	case StepIdempotency:
@@ -374,6 +386,26 @@ func (e *Eraser) run(ctx context.Context, step, tenant, hash, subject string, re
 			}
 			return done(ctx, tx, tenant, rec, step, Store{Name: "idempotency_records", Mode: ModeDeleted, Count: n,
 				Note: "the records of the commands whose events the key sealed (a retry finds the command in its stream's history)"})
+		})
+	case StepRedact:
+		return e.eraserTx(ctx, tenant, func(tx pgx.Tx) error {
+			streams, err := subjectStreams(ctx, tx, tenant, rec.keyID)
+			if err != nil {
+				return err
+			}
+			instances, err := redactProcesses(ctx, tx, tenant, streams, e.cfg.Processes, event.PseudonymOf(rec.keyID))
+			if err != nil {
+				return err
+			}
+			letters, err := redactDeadLetterErrors(ctx, tx, tenant, streams)
+			if err != nil {
+				return err
+			}
+			return done(ctx, tx, tenant, rec, step,
+				Store{Name: "process_instances", Mode: ModeTombstoned, Count: instances,
+					Note: "instances on the subject's streams: declared personal fields of their state and steps hold their tombstones; history notes, reasons and step errors cleared"},
+				Store{Name: "dead_letter_errors", Mode: ModeTombstoned, Count: letters,
+					Note: "the error text of the dead letters on the subject's streams, which may quote an opened field, cleared"})
 		})
 	case StepExports:
 		return pgx.BeginFunc(ctx, e.cfg.Owner, func(tx pgx.Tx) error {

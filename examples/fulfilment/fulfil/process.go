@@ -159,6 +159,16 @@ type Captured struct {
 	CaptureID string `json:"capture_id"`
 }
 
+// Personal is what an instance keeps of the order's customer: the payment
+// reference (the order's, and the provider's capture ID that becomes it)
+// in its state, the pay command and the capture's result. A customer's
+// erasure gives them the order's own tombstone (docs/personal-data.md).
+var Personal = []event.PersonalField{
+	{Name: "payment_reference", Tombstone: event.Erased(order.ErasedPaymentReference)},
+	{Name: "capture_ref", Tombstone: event.Erased(order.ErasedPaymentReference)},
+	{Name: "capture_id", Tombstone: event.Erased(order.ErasedPaymentReference)},
+}
+
 // State is one instance: what the order's events said, and where every
 // step the instance issued is. It round-trips through encoding/json.
 type State struct {

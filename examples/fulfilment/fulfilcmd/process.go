@@ -29,6 +29,7 @@ func Definition(cfg Config) process.Definition[fulfil.State] {
 		EventTypes: fulfil.EventTypes(),
 		Correlate:  fulfil.Correlate,
 		Decide:     p.Decide,
+		Personal:   fulfil.Personal,
 	}
 }
 
