@@ -232,6 +232,24 @@ AND event_type = 'order.paid' AND data::text LIKE '%"$sealed"%'`, nil, &n)
 	if code, out, errOut := owner("subjects", "verify", "acme", "alice-q7"); code != exitOK {
 		t.Fatalf("verify after the erasure: %d\n%s%s", code, out, errOut)
 	}
+	// verify checks her streams field by field: a note that quotes her
+	// payment again, or a state holding it, is found.
+	for _, c := range []struct{ tamper, undo, found string }{
+		{`UPDATE strata.process_history SET note = 'order paid: psp-alice-1' WHERE tenant_id = 'acme' AND instance = 'o-a1' AND note = '` + "(erased with a data subject)" + `' AND id = (SELECT min(id) FROM strata.process_history WHERE tenant_id = 'acme' AND instance = 'o-a1' AND note <> '')`,
+			`UPDATE strata.process_history SET note = '(erased with a data subject)' WHERE note = 'order paid: psp-alice-1'`, "FOUND free_text"},
+		{`UPDATE strata.process_instances SET state = jsonb_set(state, '{payment_reference}', '"psp-alice-1"') WHERE tenant_id = 'acme' AND instance = 'o-a1'`,
+			`UPDATE strata.process_instances SET state = jsonb_set(state, '{payment_reference}', '"erased"') WHERE tenant_id = 'acme' AND instance = 'o-a1'`, "FOUND process_instances"},
+	} {
+		execOn(t, url, c.tamper)
+		code, out, _ := owner("subjects", "verify", "acme", "alice-q7")
+		execOn(t, url, c.undo)
+		if code != exitFailure || !strings.Contains(out, c.found) {
+			t.Fatalf("verify after %s: %d\n%s", c.tamper, code, out)
+		}
+	}
+	if code, out, errOut := owner("subjects", "verify", "acme", "alice-q7"); code != exitOK {
+		t.Fatalf("verify after the tampering was undone: %d\n%s%s", code, out, errOut)
+	}
 	if code, out, _ := owner("subjects", "verify", "acme", "bob-q7"); code != exitFailure {
 		t.Fatalf("verify of bob, never erased: %d\n%s", code, out)
 	}

@@ -11,7 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/commands"
+	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/commands/process"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/replay"
 	"github.com/strata-es/strata/tenancy"
 	"github.com/strata-es/strata/tenancy/subjects"
@@ -70,7 +74,7 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 	}
 	defer closeOwner()
 	if sub == "verify" {
-		return verifySubject(ctx, owner, domain.TenantID(tenant), subject, *asJSON, stdout, stderr)
+		return verifySubject(ctx, e, owner, domain.TenantID(tenant), subject, *asJSON, stdout, stderr)
 	}
 	retention, err := backupRetention(e)
 	if err != nil {
@@ -83,7 +87,12 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 		return exitFailure
 	}
 	defer env.close()
-	eraser, err := subjects.New(subjects.Config{Owner: owner, Processes: env.svc.ProcessPersonal(), BackupRetention: retention,
+	registry, processes, err := personalDeclarations(e)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitFailure
+	}
+	eraser, err := subjects.New(subjects.Config{Owner: owner, Registry: registry, Processes: processes, BackupRetention: retention,
 		Rebuild: func(ctx context.Context, tenant string) (int, error) {
 			res, err := env.svc.Rebuild(ctx, replay.RebuildOptions{Tenant: tenant, Actor: "cli:" + osUser()})
 			return len(res.Projections), err
@@ -119,8 +128,13 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 	return exitOK
 }
 
-func verifySubject(ctx context.Context, owner *pgxpool.Pool, tenant domain.TenantID, subject string, asJSON bool, stdout, stderr io.Writer) int {
-	eraser, err := subjects.New(subjects.Config{Owner: owner})
+func verifySubject(ctx context.Context, e env, owner *pgxpool.Pool, tenant domain.TenantID, subject string, asJSON bool, stdout, stderr io.Writer) int {
+	registry, processes, err := personalDeclarations(e)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitFailure
+	}
+	eraser, err := subjects.New(subjects.Config{Owner: owner, Registry: registry, Processes: processes})
 	if err != nil {
 		fmt.Fprintln(stderr, "strata subjects:", err)
 		return exitFailure
@@ -158,4 +172,34 @@ func backupRetention(e env) (time.Duration, error) {
 		return 0, fmt.Errorf("STRATA_BACKUP_RETENTION=%q: want days (35d) or a duration (72h)", v)
 	}
 	return w.D, nil
+}
+
+// personalDeclarations returns the modules' declarations of personal data:
+// the registry's (events) and the process managers' (by name).
+func personalDeclarations(e env) (*event.Registry, map[string][]event.PersonalField, error) {
+	registry, err := e.mods.Registry()
+	if err != nil {
+		return nil, nil, err
+	}
+	specs, err := e.mods.Processes(commandapi.Deps{Config: commands.Config{Registry: registry}}, e.get)
+	if err != nil {
+		return nil, nil, err
+	}
+	managers := make([]process.Manager, 0, len(specs))
+	for _, sp := range specs {
+		managers = append(managers, sp.Manager)
+	}
+	return registry, processPersonal(managers), nil
+}
+
+// processPersonal returns the declared personal fields of managers, by
+// process name (process.Definition.Personal).
+func processPersonal(managers []process.Manager) map[string][]event.PersonalField {
+	out := make(map[string][]event.PersonalField, len(managers))
+	for _, m := range managers {
+		if p := m.Personal(); len(p) > 0 {
+			out[m.Name()] = p
+		}
+	}
+	return out
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/strata-es/strata/commands/process"
-	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -21,19 +20,6 @@ func (s *Service) ProcessNames() []string {
 	out := make([]string, 0, len(s.cfg.Processes))
 	for _, m := range s.cfg.Processes {
 		out = append(out, m.Name())
-	}
-	return out
-}
-
-// ProcessPersonal returns the declared personal fields of the process
-// managers the service knows, by name (process.Definition.Personal): what
-// a subject's erasure redacts in their instances.
-func (s *Service) ProcessPersonal() map[string][]event.PersonalField {
-	out := make(map[string][]event.PersonalField, len(s.cfg.Processes))
-	for _, m := range s.cfg.Processes {
-		if p := m.Personal(); len(p) > 0 {
-			out[m.Name()] = p
-		}
 	}
 	return out
 }

@@ -507,3 +507,29 @@ func Redact(data []byte, fields []PersonalField, pseudonym string) ([]byte, int,
 	}
 	return splice(data, members, values), n, nil
 }
+
+// Unsealed returns the names of decl's fields that data (an event's stored
+// JSON) holds in plaintext: present, not null, not sealed. The log of a
+// forgotten subject's streams holds none, unless it was written before the
+// module declared the fields.
+func Unsealed(data []byte, decl *Personal) []string {
+	if decl == nil {
+		return nil
+	}
+	members, ok := topMembers(data)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, m := range members {
+		if !slices.ContainsFunc(decl.Fields, func(f PersonalField) bool { return f.Name == m.name }) {
+			continue
+		}
+		v := data[m.start:m.end]
+		if _, sealed := sealedValue(v); sealed || string(bytes.TrimSpace(v)) == "null" {
+			continue
+		}
+		out = append(out, m.name)
+	}
+	return out
+}

@@ -212,3 +212,17 @@ func TestRedact(t *testing.T) {
 		t.Error("Redact of broken JSON: no error")
 	}
 }
+
+func TestUnsealed(t *testing.T) {
+	decl := &event.Personal{Fields: []event.PersonalField{{Name: "ref", Tombstone: event.Erased("")}, {Name: "who", Tombstone: event.Erased("")}}}
+	for in, want := range map[string]string{
+		`{"ref":{"$sealed":"v1.00112233445566778899aabbccddeeff.AAAA"},"who":null,"n":1}`: "",
+		`{"ref":"psp-1","who":{"$sealed":"v1.00112233445566778899aabbccddeeff.AAAA"}}`:    "ref",
+		`{"ref":"psp-1","who":"alice"}`: "ref,who",
+		`not json`:                      "",
+	} {
+		if got := strings.Join(event.Unsealed([]byte(in), decl), ","); got != want {
+			t.Errorf("Unsealed(%s) = %q, want %q", in, got, want)
+		}
+	}
+}

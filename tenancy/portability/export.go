@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -64,14 +65,28 @@ func (s *Service) Export(ctx context.Context, tenant domain.TenantID, w io.Write
 	if err := s.audit(ctx, "export", tenant, map[string]any{"status": status}); err != nil {
 		return Manifest{}, err
 	}
-	dir, err := os.MkdirTemp("", "strata-export-")
-	if err != nil {
-		return Manifest{}, err
-	}
-	defer os.RemoveAll(dir)
-	m, err := s.stage(ctx, tenant, dir)
-	if err != nil {
-		return Manifest{}, err
+	var m Manifest
+	var dir string
+	for attempt := 1; ; attempt++ {
+		if dir, err = os.MkdirTemp("", "strata-export-"); err != nil {
+			return Manifest{}, err
+		}
+		defer os.RemoveAll(dir)
+		m, err = s.stage(ctx, tenant, dir)
+		var ahead *aheadError
+		if errors.As(err, &ahead) && attempt < stageAttempts {
+			moved, cerr := s.logHas(ctx, tenant, ahead.pos)
+			if cerr != nil {
+				return Manifest{}, cerr
+			}
+			if moved {
+				continue // the tenant was written between the two snapshots: again
+			}
+		}
+		if err != nil {
+			return Manifest{}, err
+		}
+		break
 	}
 	m.Export.TenantStatus, m.Export.Source.Placement = status, placedIn
 	if err := s.cfg.Owner.QueryRow(ctx, `SELECT current_database()`).Scan(&m.Export.Source.Database); err != nil {
@@ -213,7 +228,7 @@ func (s *Service) stageReadModels(ctx context.Context, tenant domain.TenantID, d
 					}
 					o, ok := ordinals[*pos[i]]
 					if !ok {
-						return fmt.Errorf("%s.%s = %d is no event of the tenant's log: the read model is ahead of the log or the column is not a position", t.Name, c, *pos[i])
+						return &aheadError{table: t.Name, column: c, pos: *pos[i]}
 					}
 					row[c] = json.RawMessage(fmt.Sprint(o))
 				}
@@ -353,4 +368,31 @@ func (s *Service) open(rec event.Record) (json.RawMessage, error) {
 		return rec.Data, nil
 	}
 	return s.cfg.Registry.Open(rec)
+}
+
+// stageAttempts bounds how often an export starts again because the
+// tenant was written between its log's snapshot and its read models' (a
+// process manager appending, a client writing): the read models then hold
+// positions the exported log does not.
+const stageAttempts = 5
+
+// aheadError: a read model row names a position that is not among the
+// exported log's events.
+type aheadError struct {
+	table, column string
+	pos           int64
+}
+
+func (e *aheadError) Error() string {
+	return fmt.Sprintf("%s.%s = %d is no event of the tenant's exported log: the read model is ahead of the log (the tenant kept being written: retry, or suspend it to export) or the column is not a position",
+		e.table, e.column, e.pos)
+}
+
+// logHas reports whether pos is an event of the tenant's log now.
+func (s *Service) logHas(ctx context.Context, tenant domain.TenantID, pos int64) (bool, error) {
+	var ok bool
+	err := tenantTx(ctx, s.cfg.App, db.RoleApp, tenant, true, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = $1 AND position = $2)`, s.filter(tenant), pos).Scan(&ok)
+	})
+	return ok, err
 }

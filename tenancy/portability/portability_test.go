@@ -255,3 +255,61 @@ WHERE g.tenant_id = 'gamma'`).Scan(&recorded, &original); err != nil || !recorde
 		t.Errorf("recorded_at not kept: %v vs %v (%v)", recorded, original, err)
 	}
 }
+
+// TestExportStartsAgainWhenTheTenantMovedOn: the tenant is written between
+// the export's log snapshot and its read models' (forced: at the end of
+// the log's snapshot an event is appended and a read model row already
+// names it), so the read models hold a position the exported log lacks.
+// The export starts again and holds both; a position that is no event of
+// the tenant at all stays an error.
+func TestExportStartsAgainWhenTheTenantMovedOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := testdb.New(t, examples.All().Lines()...)
+	conn, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	seedCanary(ctx, t, conn)
+	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fulfilment := func(pos string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `INSERT INTO strata.order_fulfilment (tenant_id, order_id, stage, order_status, currency, lines, reserved, released, committed, version, updated_at, last_position)
+VALUES ('acme', 'a1', 'draft', 'draft', 'EUR', '{}', 0, 0, 0, 1, now(), `+pos+`)
+ON CONFLICT (tenant_id, order_id) DO UPDATE SET last_position = excluded.last_position`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	starts := 0
+	svc.cfg.Progress = func(p Progress) {
+		if p.Phase != "idempotency" {
+			return
+		}
+		if starts++; starts > 1 {
+			return
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO strata.events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+VALUES ('acme', 'order-a1', 2, gen_random_uuid(), 'order.cancelled', 1, '{"order_id":"a1","reason":"moved on","at":"2026-01-01T00:00:01Z"}', '{}')`); err != nil {
+			t.Error(err)
+		}
+		fulfilment(`(SELECT max(position) FROM strata.events WHERE tenant_id = 'acme')`)
+	}
+	var buf bytes.Buffer
+	m, err := svc.Export(ctx, "acme", &buf)
+	if err != nil {
+		t.Fatalf("export of a tenant written during it: %v", err)
+	}
+	files := archiveFiles(t, buf.Bytes())
+	if starts != 2 || m.Files[EventsFile].Count != 2 || !bytes.Contains(files[ReadModelsDir+"order_fulfilment.jsonl"], []byte(`"last_position":2`)) {
+		t.Fatalf("%d starts, %d events, order_fulfilment %s; want 2 starts, 2 events, the row at the second", starts, m.Files[EventsFile].Count, files[ReadModelsDir+"order_fulfilment.jsonl"])
+	}
+	svc.cfg.Progress = nil
+	fulfilment("999999")
+	if _, err := svc.Export(ctx, "acme", &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "order_fulfilment.last_position = 999999 is no event") {
+		t.Fatalf("a position that is no event: %v", err)
+	}
+}

@@ -68,6 +68,9 @@ type Config struct {
 	// still hold it, beyond use until they expire. Zero: unknown, and the
 	// receipt says so instead of a date.
 	BackupRetention time.Duration
+	// Registry holds the events' personal declarations (Verify checks the
+	// subject's streams for declared fields in plaintext); nil: it does not.
+	Registry *event.Registry
 	// Processes are the declared personal fields of the process managers'
 	// instances (process.Definition.Personal), by process name.
 	Processes map[string][]event.PersonalField

@@ -39,7 +39,10 @@ func (v Verification) OK() bool { return len(v.Findings) == 0 && v.ErasureID != 
 // sealed (it is gone, and the subject has no key since), and that no
 // column of any of the tenant's tables (the log, idempotency records, dead
 // letters, read models, process-manager state; not the erasures' own
-// records) holds the subject's ID in plaintext. The broker holds the
+// records) holds the subject's ID in plaintext; and, on the subject's
+// streams, that no event holds a declared field in plaintext, no process
+// instance a declared field other than its tombstone, and no free text
+// beside them is left (fieldFindings). The broker holds the
 // log's sealed fields (Erase's receipt, "relay"), which the destroyed key
 // was the only way to open.
 func (e *Eraser) Verify(ctx context.Context, tenant domain.TenantID, subject string) (Verification, error) {
@@ -66,6 +69,13 @@ ORDER BY finished_at DESC LIMIT 1`, t, hash).Scan(&v.ErasureID, &v.KeyID)
 		}
 		if keys > 0 {
 			v.Findings = append(v.Findings, Finding{Store: "keys", Count: keys, What: "a data key of the subject: what it sealed can be opened"})
+		}
+		if v.KeyID != "" {
+			found, err := e.fieldFindings(ctx, tx, t, v.KeyID)
+			if err != nil {
+				return err
+			}
+			v.Findings = append(v.Findings, found...)
 		}
 		cols, err := textColumns(ctx, tx)
 		if err != nil {
