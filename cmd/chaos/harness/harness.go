@@ -126,6 +126,8 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			err = e.runPM1(ctx, r)
 		case Erase:
 			err = e.runErase(ctx, r)
+		case Subject:
+			err = e.runSubject(ctx, r)
 		case Move:
 			err = e.runMove(ctx, r)
 		case Restore:
