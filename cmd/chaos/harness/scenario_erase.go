@@ -289,25 +289,16 @@ func (e *env) runErase(ctx context.Context, r *Result) error {
 			killAfter = time.Duration(rng.Int64N(int64(cfg.KillAfterMax)))
 			how = "SIGKILL after " + killAfter.Round(time.Millisecond).String()
 		}
-		cmd := exec.CommandContext(ctx, e.cfg.Strata, "tenants", "erase", victim, "--reason", "chaos ERASE", "--barrier-timeout", "20s", "--json")
-		cmd.Env = env
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		if err := spawn(cmd); err != nil {
+		_, errOut, err := e.killableRun(ctx, env, killAfter, func() {
+			if a == 1 && !servedKilled {
+				servedKilled = true
+				pid := sup.Kill(1)
+				e.logf("ERASE: SIGKILL erase-serve1 (pid %d) during erase run %d", pid, a+1)
+			}
+		}, "tenants", "erase", victim, "--reason", "chaos ERASE", "--barrier-timeout", "20s", "--json")
+		var spawnErr *spawnError
+		if errors.As(err, &spawnErr) {
 			return err
-		}
-		var timer *time.Timer
-		if killAfter > 0 {
-			timer = time.AfterFunc(killAfter, func() { _ = cmd.Process.Kill() })
-		}
-		if a == 1 && !servedKilled {
-			servedKilled = true
-			pid := sup.Kill(1)
-			e.logf("ERASE: SIGKILL erase-serve1 (pid %d) during erase run %d", pid, a+1)
-		}
-		err := cmd.Wait()
-		if timer != nil {
-			timer.Stop()
 		}
 		outcome := "exit 0"
 		if err != nil {
@@ -527,4 +518,36 @@ func eraseChecksums(ctx context.Context, conn *pgx.Conn, tenant string) (map[str
 		out[t.Name] = sum
 	}
 	return out, nil
+}
+
+// spawnError: a command could not be started.
+type spawnError struct{ err error }
+
+func (e *spawnError) Error() string { return "start: " + e.err.Error() }
+func (e *spawnError) Unwrap() error { return e.err }
+
+// killableRun runs strata with args and env, SIGKILLed after killAfter
+// when it is positive; during, if set, runs once the process started. It
+// returns its output and how it ended (a *spawnError when it never
+// started).
+func (e *env) killableRun(ctx context.Context, env []string, killAfter time.Duration, during func(), args ...string) (bytes.Buffer, bytes.Buffer, error) {
+	cmd := exec.CommandContext(ctx, e.cfg.Strata, args...)
+	cmd.Env = env
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := spawn(cmd); err != nil {
+		return out, errOut, &spawnError{err}
+	}
+	var timer *time.Timer
+	if killAfter > 0 {
+		timer = time.AfterFunc(killAfter, func() { _ = cmd.Process.Kill() })
+	}
+	if during != nil {
+		during()
+	}
+	err := cmd.Wait()
+	if timer != nil {
+		timer.Stop()
+	}
+	return out, errOut, err
 }

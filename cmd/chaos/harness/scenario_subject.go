@@ -1,13 +1,12 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -188,20 +187,10 @@ WHERE tenant_id = $1 AND finished_at IS NULL`, tenant).Scan(&done)
 				killAfter = time.Duration(rng.Int64N(int64(cfg.KillAfterMax)))
 				how = "SIGKILL after " + killAfter.Round(time.Millisecond).String()
 			}
-			cmd := exec.CommandContext(ctx, e.cfg.Strata, "subjects", "erase", tenant, subject, "--reason", "chaos SUBJECT", "--json")
-			cmd.Env = env
-			var out, errOut bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errOut
-			if err := spawn(cmd); err != nil {
+			out, errOut, err := e.killableRun(ctx, env, killAfter, nil, "subjects", "erase", tenant, subject, "--reason", "chaos SUBJECT", "--json")
+			var spawnErr *spawnError
+			if errors.As(err, &spawnErr) {
 				return err
-			}
-			var timer *time.Timer
-			if killAfter > 0 {
-				timer = time.AfterFunc(killAfter, func() { _ = cmd.Process.Kill() })
-			}
-			err := cmd.Wait()
-			if timer != nil {
-				timer.Stop()
 			}
 			outcome := "exit 0"
 			if err != nil {
