@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -78,21 +77,8 @@ func (e *env) runSubject(ctx context.Context, r *Result) error {
 	}
 	client := newHTTPClient(cfg.Clients + 4)
 	call := func(ctx context.Context, method, path, body string) (int, error) {
-		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
-		if err != nil {
-			return 0, err
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		res, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode, nil
+		st, _, err := hsCall(ctx, client, base, tok, method, path, body, "")
+		return st, err
 	}
 	// order creates, fills, places and pays one order of customer.
 	order := func(ctx context.Context, customer, id string) error {
