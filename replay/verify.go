@@ -110,7 +110,15 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 			return nil, fmt.Errorf("%w: tenant %q: %v", ErrInvalid, o.Tenant, err)
 		}
 	}
-	cps, err := projections.ReadCheckpoints(ctx, s.cfg.Pool)
+	// The checkpoints and the ledger rows are read in one snapshot: a
+	// runner writes both in one transaction, and a ledger row read after
+	// its checkpoint would count events past it (seen as "extra").
+	snap, err := s.cfg.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("begin the ledger's snapshot: %w", err)
+	}
+	defer snap.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	cps, err := projections.ReadCheckpoints(ctx, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +158,7 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 		if !ok || cp.Position.IsZero() {
 			continue // never ran: nothing to verify
 		}
-		since, err := s.ledgerSince(ctx, cp.Generation)
+		since, err := ledgerSince(ctx, snap, cp.Generation)
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +172,7 @@ func (s *Service) Verify(ctx context.Context, o VerifyOptions) ([]Verdict, error
 	addTenant := func(t string) error {
 		want[t] = true
 		for _, c := range checked {
-			rows, marks, err := s.readLedger(ctx, c.cp.Generation, t)
+			rows, marks, err := readLedger(ctx, snap, c.cp.Generation, t)
 			if err != nil {
 				return err
 			}
@@ -333,9 +341,11 @@ func locate(v *Verdict, good projections.Ledger, window []event.Record, want pro
 	}
 }
 
-func (s *Service) ledgerSince(ctx context.Context, generation string) (event.Position, error) {
+// ledgerSince reads where the generation's ledger starts counting (zero:
+// at the first event), in snap.
+func ledgerSince(ctx context.Context, snap pgx.Tx, generation string) (event.Position, error) {
 	var major, minor string
-	err := s.cfg.Pool.QueryRow(ctx, `SELECT pos_major::text, pos_minor::text FROM projection_ledger_since WHERE generation = $1::uuid`, generation).
+	err := snap.QueryRow(ctx, `SELECT pos_major::text, pos_minor::text FROM projection_ledger_since WHERE generation = $1::uuid`, generation).
 		Scan(&major, &minor)
 	if err == pgx.ErrNoRows {
 		return event.Position{}, nil
@@ -347,8 +357,8 @@ func (s *Service) ledgerSince(ctx context.Context, generation string) (event.Pos
 }
 
 // readLedger reads a tenant's ledger row (nil: none) and its marks in
-// order, under the tenant's setting.
-func (s *Service) readLedger(ctx context.Context, generation, tenant string) (*ledgerRow, []projections.Ledger, error) {
+// order, under the tenant's setting, in snap.
+func readLedger(ctx context.Context, snap pgx.Tx, generation, tenant string) (*ledgerRow, []projections.Ledger, error) {
 	var row *ledgerRow
 	var marks []projections.Ledger
 	scanHash := func(raw []byte, h *projections.LedgerHash) error {
@@ -358,7 +368,7 @@ func (s *Service) readLedger(ctx context.Context, generation, tenant string) (*l
 		copy(h[:], raw)
 		return nil
 	}
-	err := pgx.BeginTxFunc(ctx, s.cfg.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, snap, func(tx pgx.Tx) error { // a savepoint
 		if _, err := tx.Exec(ctx, db.SetTenantSQL, tenant); err != nil {
 			return err
 		}

@@ -216,3 +216,70 @@ func TestVerifyDeep(t *testing.T) {
 		t.Fatalf("shadow checkpoint left: %+v", cp)
 	}
 }
+
+// TestVerifyWhileARunnerCommits: a runner that commits between verify's
+// read of its checkpoint and of its ledger row must not make the ledger
+// look ahead of the log ("extra"). The race is forced: verify is held on
+// the ledger marks of the first projection (a lock the runner does not
+// need, its batch passing no mark) while the second projection's runner
+// applies new events and commits; verify then reads that runner's ledger.
+func TestVerifyWhileARunnerCommits(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	d := testdb.New(t, orderview.Migrations)
+	b := newBundle(t, d)
+	all := orderview.All()
+	first, second := all[0], all[1]
+	head := appendAll(ctx, t, b.store, genHistories(29, []string{"acme"}, 10, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)))
+	catchUp(ctx, t, b, b.store, first, head)
+	catchUp(ctx, t, b, b.store, second, head)
+
+	more := genHistories(31, []string{"acme"}, 1, time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC))
+	more[0].id = "late001"
+	for j, e := range more[0].events {
+		more[0].events[j] = renameOrder(e, more[0].id)
+	}
+	// Appended before the lock is taken: the lock's transaction holds the
+	// log's horizon (it has a transaction ID), and these must be visible.
+	newHead := appendAll(ctx, t, b.store, more)
+
+	admin := adminConn(ctx, t, d.AdminURL)
+	hold, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // released below
+	if _, err := hold.Exec(ctx, `LOCK TABLE projection_ledger_marks IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		vs  []replay.Verdict
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		vs, err := b.svc.Verify(ctx, replay.VerifyOptions{Projections: []string{first.Name(), second.Name()}, Tenant: "acme"})
+		done <- result{vs, err}
+	}()
+	watch := adminConn(ctx, t, d.AdminURL)
+	waitFor(t, 30*time.Second, "verify waiting for the ledger marks", func() bool {
+		var n int
+		err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'strata.projection_ledger_marks'::regclass`).Scan(&n)
+		return err == nil && n > 0
+	})
+	catchUp(ctx, t, b, b.store, second, newHead)
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if len(res.vs) != 2 {
+		t.Fatalf("want 2 verdicts, got %+v", res.vs)
+	}
+	for _, v := range res.vs {
+		if !v.Complete || v.StoreEvents != v.LedgerEvents {
+			t.Fatalf("%s: a runner's commit during verify made it %q (store %d, ledger %d events)", v.Projection, v.Problem, v.StoreEvents, v.LedgerEvents)
+		}
+	}
+}
