@@ -50,6 +50,24 @@ func (p *partitionSamples) sample(ctx context.Context, addrs []string) {
 	}
 }
 
+// settle waits, up to limit, until a sample has found every process
+// holding partitions. A short load can end before the partitions have
+// spread again after its last kill (the restarted process counts itself
+// in within a second, takes a partition at its next lease retry, three
+// seconds): sharing is then judged on the processes left to run.
+func (p *partitionSamples) settle(ctx context.Context, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		if both, _ := p.result(); both > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 func (p *partitionSamples) result() (both, samples int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

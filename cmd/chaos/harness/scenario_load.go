@@ -325,6 +325,7 @@ func (e *env) runR1(ctx context.Context, r *Result) error {
 		r.check("projector killed between a batch's writes and its commit (failpoint)", ">= 1", fired, fired >= 1)
 	}
 	if len(metrics) > 0 {
+		shares.settle(ctx, 15*time.Second)
 		both, samples := shares.result()
 		r.check("partitions shared by the projector processes (samples with partitions in each process)", ">= 1",
 			fmt.Sprintf("%d of %d", both, samples), both >= 1)
