@@ -122,13 +122,17 @@ func (r *Runner) recordOutcome(ctx context.Context, s dueStep, res json.RawMessa
 			o := Outcome{Step: s.id.step, Kind: s.kind, Name: s.name, OK: execErr == nil}
 			stepStatus, result, lastErr := "done", []byte(nil), (*string)(nil)
 			if o.OK {
-				outcome, o.Result = StepOK, jsonOrString(res)
+				outcome = StepOK
+				// What is kept is what is decided on (a retry decides it again).
+				if o.Result, err = r.w.redact(&inst, jsonOrString(res)); err != nil {
+					return err
+				}
 				result = o.Result
 			} else {
 				outcome, o.Reason = StepRejected, reasonOf(execErr)
 				stepStatus = "rejected"
-				result, _ = json.Marshal(map[string]string{"reason": o.Reason})
-				reason := clip(o.Reason, 2000)
+				result, _ = json.Marshal(map[string]string{"reason": inst.freeText(o.Reason)})
+				reason := inst.freeText(clip(o.Reason, 2000))
 				lastErr = &reason
 			}
 			if _, err := tx.Exec(ctx, `UPDATE process_steps SET status = $5, attempts = $6, next_attempt_at = NULL, result = $7, last_error = $8, finished_at = $9
@@ -142,7 +146,7 @@ WHERE tenant_id = $1 AND process = $2 AND instance = $3 AND step = $4`,
 			cause := fmt.Sprintf("%s %s (step %s) failed %d times: %s", s.kind, s.name, s.id.step, attempt, errText(execErr))
 			if _, err := tx.Exec(ctx, `UPDATE process_steps SET status = 'parked', attempts = $5, next_attempt_at = NULL, last_error = $6
 WHERE tenant_id = $1 AND process = $2 AND instance = $3 AND step = $4`,
-				s.id.tenant, r.name, s.id.instance, s.id.step, attempt, errText(execErr)); err != nil {
+				s.id.tenant, r.name, s.id.instance, s.id.step, attempt, inst.freeText(errText(execErr))); err != nil {
 				return err
 			}
 			rec, err := r.w.letterRecord(&inst, letterInput{Process: r.name, Instance: inst.instance, Kind: "step", Step: s.id.step, At: now})
@@ -157,7 +161,7 @@ WHERE tenant_id = $1 AND process = $2 AND instance = $3 AND step = $4`,
 			outcome = StepError
 			if _, err := tx.Exec(ctx, `UPDATE process_steps SET attempts = $5, next_attempt_at = $6, last_error = $7
 WHERE tenant_id = $1 AND process = $2 AND instance = $3 AND step = $4`,
-				s.id.tenant, r.name, s.id.instance, s.id.step, attempt, now.Add(r.cfg.backoff(attempt)), errText(execErr)); err != nil {
+				s.id.tenant, r.name, s.id.instance, s.id.step, attempt, now.Add(r.cfg.backoff(attempt)), inst.freeText(errText(execErr))); err != nil {
 				return err
 			}
 		}

@@ -55,6 +55,10 @@ type instanceRow struct {
 	status                            string
 	done, parked                      bool
 	inputs                            int64
+	// erasedAs is the pseudonym of the data subject whose erasure redacted
+	// the instance (process_instances.erased_as), "" when none did: what
+	// the runtime writes of it from then on is redacted likewise (erased.go).
+	erasedAs string
 }
 
 // lockInstance reads and locks one instance (FOR UPDATE), in tx with the
@@ -62,9 +66,9 @@ type instanceRow struct {
 func lockInstance(ctx context.Context, tx pgx.Tx, process, tenant, instance string) (instanceRow, error) {
 	row := instanceRow{tenant: tenant, process: process, instance: instance}
 	var state []byte
-	err := tx.QueryRow(ctx, `SELECT stream_id, state, status, done, parked, inputs FROM process_instances
+	err := tx.QueryRow(ctx, `SELECT stream_id, state, status, done, parked, inputs, coalesce(erased_as, '') FROM process_instances
 WHERE tenant_id = $1 AND process = $2 AND instance = $3 FOR UPDATE`, tenant, process, instance).
-		Scan(&row.stream, &state, &row.status, &row.done, &row.parked, &row.inputs)
+		Scan(&row.stream, &state, &row.status, &row.done, &row.parked, &row.inputs, &row.erasedAs)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return row, nil
@@ -170,6 +174,9 @@ func (w *writer) apply(ctx context.Context, tx pgx.Tx, inst *instanceRow, in Inp
 	if err == nil {
 		err = w.check(d)
 	}
+	if err == nil {
+		err = w.redactDecision(inst, &d)
+	}
 	if err != nil {
 		return 0, &poisonError{err: err}
 	}
@@ -230,6 +237,11 @@ WHERE tenant_id = $1 AND process = $2 AND instance = $3 AND status = 'pending' A
 }
 
 func queueHistory(b *pgx.Batch, inst *instanceRow, kind string, summary any, status, note string, at time.Time) {
+	if sum, ok := summary.(inputSummary); ok && inst.erasedAs != "" {
+		sum.Reason = ""
+		summary = sum
+	}
+	note = inst.freeText(note)
 	b.Queue(`INSERT INTO process_history (tenant_id, process, instance, kind, summary, status_after, note, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		inst.tenant, inst.process, inst.instance, kind, summary, status, clip(note, 500), at)
 }
@@ -275,6 +287,15 @@ type letterInput struct {
 }
 
 func (w *writer) letterRecord(inst *instanceRow, li letterInput) (event.Record, error) {
+	if li.Outcome != nil && inst.erasedAs != "" {
+		o := *li.Outcome
+		o.Reason = inst.freeText(o.Reason)
+		var err error
+		if o.Result, err = w.redact(inst, o.Result); err != nil {
+			return event.Record{}, fmt.Errorf("redact parked outcome: %w", err)
+		}
+		li.Outcome = &o
+	}
 	data, err := json.Marshal(li)
 	if err != nil {
 		return event.Record{}, fmt.Errorf("encode parked input: %w", err)
@@ -313,6 +334,7 @@ VALUES ($1, $2, $3, $4, $5, true, $6, $6, $6)`, inst.tenant, w.name, inst.instan
 	}
 	letter := rec
 	letter.Stream = inst.stream
+	cause = inst.freeText(cause)
 	p, err := projections.ParkEvent(ctx, tx, w.name, letter, clip(cause, 2000), attempts)
 	if err != nil {
 		return err

@@ -472,6 +472,11 @@ func (c Codec) validatePersonal() error {
 	return nil
 }
 
+// ErasedText replaces free text stored beside a subject's data (a process
+// manager's notes and reasons, an error quoting a field) once the subject
+// is erased: nothing can tell whether such text quotes a personal field.
+const ErasedText = "(erased with a data subject)"
+
 // Redact returns the JSON object data with the top-level members named by
 // fields replaced by their tombstones for pseudonym, and how many it
 // replaced: what an erasure does to personal data stored outside the log

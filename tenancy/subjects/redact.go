@@ -21,7 +21,7 @@ import (
 // key sealed.
 
 // erasedText replaces free text that may quote the subject.
-const erasedText = "(erased with a data subject)"
+const erasedText = event.ErasedText
 
 // subjectStreams returns the tenant's streams holding an event whose
 // fields keyID sealed.
@@ -55,8 +55,10 @@ func redactDeadLetterErrors(ctx context.Context, tx pgx.Tx, tenant string, strea
 // process name) of the state and the step payloads and results of every
 // process instance on the subject's streams, and clears the instances'
 // free text. Each instance is locked as the process runner locks it, so a
-// decision in flight commits before the redaction or reads its result.
-// It returns how many instances it redacted.
+// decision in flight commits before the redaction or reads its result,
+// and each is marked with the pseudonym (erased_as), which makes the
+// process runtime redact what it writes of the instance afterwards. It
+// returns how many instances it redacted.
 func redactProcesses(ctx context.Context, tx pgx.Tx, tenant string, streams []string, personal map[string][]event.PersonalField, pseudonym string) (int64, error) {
 	if len(streams) == 0 {
 		return 0, nil
@@ -87,13 +89,15 @@ WHERE tenant_id = $1 AND stream_id = ANY($2) ORDER BY process, instance FOR UPDA
 }
 
 func redactInstance(ctx context.Context, tx pgx.Tx, tenant, process, id string, state []byte, fields []event.PersonalField, pseudonym string) error {
-	if state, n, err := event.Redact(state, fields, pseudonym); err != nil {
+	state, _, err := event.Redact(state, fields, pseudonym)
+	if err != nil {
 		return fmt.Errorf("state: %w", err)
-	} else if n > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE process_instances SET state = $4 WHERE tenant_id = $1 AND process = $2 AND instance = $3`,
-			tenant, process, id, state); err != nil {
-			return err
-		}
+	}
+	// erased_as: the runtime redacts what it writes of the instance from
+	// now on (a step in flight, a decision made with a key still cached).
+	if _, err := tx.Exec(ctx, `UPDATE process_instances SET state = $4, erased_as = $5 WHERE tenant_id = $1 AND process = $2 AND instance = $3`,
+		tenant, process, id, state, pseudonym); err != nil {
+		return err
 	}
 	type step struct {
 		name            string
