@@ -43,6 +43,7 @@ func TestPersonalDataSealedShreddedAndRotated(t *testing.T) {
 	vars["STRATA_PROCESSES"] = "all"               // the fulfilment process keeps payment references
 	vars["STRATA_PROCESS_POLL"] = "100ms"
 	vars["STRATA_BACKUP_RETENTION"] = "35d"
+	vars["STRATA_RELAY"] = "sql" // the erasure's notice goes where the events go
 	base, _, stop := startServe(t, vars)
 	defer stop()
 	waitReady(t, base)
@@ -187,7 +188,7 @@ AND event_type = 'order.paid' AND data::text LIKE '%"$sealed"%'`, nil, &n)
 	}
 	want := map[string]int64{"keys deleted": 1, "log shredded": 5, "dead_letters shredded": 1, "relay shredded": -1,
 		"idempotency_records deleted": 1, "exports deleted": 0, "read_models tombstoned": int64(len(examples.All().Projections())),
-		"process_instances tombstoned": 3, "dead_letter_errors tombstoned": 1, "backups beyond_use": -1}
+		"process_instances tombstoned": 3, "dead_letter_errors tombstoned": 1, "backups beyond_use": -1, "broker_notice notified": 1}
 	if !maps.Equal(stores, want) || len(keyID) != 32 || receipt.Pseudonym != event.PseudonymOf(keyID) {
 		t.Fatalf("receipt: %+v\nstores %v, want %v", receipt, stores, want)
 	}
@@ -212,6 +213,15 @@ AND event_type = 'order.paid' AND data::text LIKE '%"$sealed"%'`, nil, &n)
 	var twice subjects.Receipt
 	if code != exitOK || json.Unmarshal([]byte(out), &twice) != nil || twice.ContentHash != receipt.ContentHash {
 		t.Fatalf("erase run again: %d %s%s, want the receipt %s", code, out, errOut, receipt.ContentHash)
+	}
+	// The notice, once (the step was stopped after it and run again), on
+	// the relay's topic beside the tenant's events, naming the key.
+	var notices int
+	var noticeKey string
+	queryOn(t, url, `SELECT count(*), max(payload::jsonb->>'key_id') FROM strata.watermill_strata_events
+WHERE metadata::jsonb->>'tenant' = 'acme' AND metadata::jsonb->>'type' = 'strata.subject.erased'`, nil, &notices, &noticeKey)
+	if notices != 1 || noticeKey != keyID {
+		t.Fatalf("erasure notices on the relay's table: %d naming key %q, want 1 naming %s", notices, noticeKey, keyID)
 	}
 	var idem int
 	queryOn(t, url, `SELECT count(*) FROM strata.idempotency_keys WHERE tenant_id = 'acme' AND key LIKE 'create-%'`, nil, &idem)
@@ -239,6 +249,14 @@ AND event_type = 'order.paid' AND data::text LIKE '%"$sealed"%'`, nil, &n)
 			`UPDATE strata.process_history SET note = '(erased with a data subject)' WHERE note = 'order paid: psp-alice-1'`, "FOUND free_text"},
 		{`UPDATE strata.process_instances SET state = jsonb_set(state, '{payment_reference}', '"psp-alice-1"') WHERE tenant_id = 'acme' AND instance = 'o-a1'`,
 			`UPDATE strata.process_instances SET state = jsonb_set(state, '{payment_reference}', '"erased"') WHERE tenant_id = 'acme' AND instance = 'o-a1'`, "FOUND process_instances"},
+		// A message on the broker (the relay's table) with her order's
+		// customer ID opened: her ID, and a declared field in plaintext.
+		{`INSERT INTO strata.watermill_strata_events (uuid, payload, metadata, transaction_id) VALUES (gen_random_uuid()::text,
+'{"order_id": "o-a1", "customer_id": "alice-q7"}'::json, json_build_object('tenant', 'acme', 'type', 'order.created', 'stream', '` + order.StreamID("o-a1") + `'), pg_current_xact_id())`,
+			`DELETE FROM strata.watermill_strata_events WHERE payload::text LIKE '%alice-q7%'`, "FOUND broker: 1 (messages the broker keeps naming"},
+		{`INSERT INTO strata.watermill_strata_events (uuid, payload, metadata, transaction_id) VALUES (gen_random_uuid()::text,
+'{"order_id": "o-a1", "customer_id": "someone"}'::json, json_build_object('tenant', 'acme', 'type', 'order.created', 'stream', '` + order.StreamID("o-a1") + `'), pg_current_xact_id())`,
+			`DELETE FROM strata.watermill_strata_events WHERE payload::text LIKE '%someone%'`, "FOUND broker_fields"},
 	} {
 		execOn(t, url, c.tamper)
 		code, out, _ := owner("subjects", "verify", "acme", "alice-q7")

@@ -96,9 +96,13 @@ func wireAdmin(a *app) error {
 	if err != nil {
 		return err
 	}
+	announce, err := erasureNotices(a.env, a.logger)
+	if err != nil {
+		return err
+	}
 	var eraser *subjects.Eraser
 	if a.pools.owner != nil {
-		if eraser, err = subjects.New(subjects.Config{Owner: a.pools.owner, Registry: a.registry, Processes: processPersonal(managers), BackupRetention: retention, Rebuild: func(ctx context.Context, tenant string) (int, error) {
+		if eraser, err = subjects.New(subjects.Config{Owner: a.pools.owner, Registry: a.registry, Processes: processPersonal(managers), BackupRetention: retention, Announce: announce, Rebuild: func(ctx context.Context, tenant string) (int, error) {
 			res, err := svc.Rebuild(ctx, replay.RebuildOptions{Tenant: tenant, Actor: "subject erasure"})
 			return len(res.Projections), err
 		}}); err != nil {

@@ -10,9 +10,13 @@ import (
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/strata-es/strata/db"
 	"github.com/strata-es/strata/projections"
 	"github.com/strata-es/strata/projections/relay"
+	"github.com/strata-es/strata/tenancy/subjects"
 )
 
 // Relay modes (STRATA_RELAY).
@@ -165,4 +169,54 @@ func relayRepublishers(e env, logger *slog.Logger) ([]projections.Projection, fu
 		return nil, nil, err
 	}
 	return []projections.Projection{rp}, func() { _ = rp.Close() }, nil
+}
+
+// erasureNotices returns subjects.Config.Announce for the relay's
+// settings: a subject's erasure tells the broker's consumers where the
+// relay publishes the tenant's events (relay.Notices), or nil when the
+// relay is off. A JetStream connection is opened for each notice: erasures
+// are rare, and a serving process keeps no connection for them.
+func erasureNotices(e env, logger *slog.Logger) (func(ctx context.Context, tx pgx.Tx, n subjects.Notice) (string, error), error) {
+	mode, natsURL, topic, err := relaySettings(e)
+	if err != nil || mode == relayOff {
+		return nil, err
+	}
+	return func(ctx context.Context, tx pgx.Tx, n subjects.Notice) (string, error) {
+		notices := relay.Notices{Topic: topic}
+		if mode == relaySQL {
+			notices.TxPublisher = relay.SQLTxPublisher(logger)
+		} else {
+			pub, err := relay.NewNATSPublisher(relay.NATSConfig{URL: natsURL, Name: "strata-erasure-notice", Logger: logger})
+			if err != nil {
+				return "", fmt.Errorf("erasure notice: %w", err)
+			}
+			defer pub.Close()
+			notices.Publisher = pub
+		}
+		return notices.Publish(ctx, tx, n.Tenant, relay.Erased{ErasureID: n.ErasureID, KeyID: n.KeyID, Pseudonym: n.Pseudonym, At: n.At})
+	}, nil
+}
+
+// brokerReader returns subjects.Config.Broker for the relay's settings:
+// `strata subjects verify` reads the tenant's messages where the relay
+// publishes them (JetStream, or watermill-sql's table through owner as the
+// projector); nil when the relay is off.
+func brokerReader(e env, owner *pgxpool.Pool, logger *slog.Logger) (func(ctx context.Context, tenant string, fn func(relay.Held) error) error, error) {
+	mode, natsURL, topic, err := relaySettings(e)
+	if err != nil || mode == relayOff {
+		return nil, err
+	}
+	if mode == relayNATS {
+		return func(ctx context.Context, tenant string, fn func(relay.Held) error) error {
+			return relay.ReadNATS(ctx, relay.NATSConfig{URL: natsURL, Name: "strata-subjects-verify", Logger: logger}, topic, tenant, fn)
+		}, nil
+	}
+	return func(ctx context.Context, tenant string, fn func(relay.Held) error) error {
+		return pgx.BeginFunc(ctx, owner, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.RoleProjector); err != nil {
+				return fmt.Errorf("read the relay's table as %s: %w", db.RoleProjector, err)
+			}
+			return relay.ReadSQL(ctx, tx, topic, tenant, fn)
+		})
+	}, nil
 }

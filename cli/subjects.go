@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,7 +93,12 @@ func cmdSubjects(ctx context.Context, args []string, e env, stdout, stderr io.Wr
 		fmt.Fprintln(stderr, "strata subjects:", err)
 		return exitFailure
 	}
-	eraser, err := subjects.New(subjects.Config{Owner: owner, Registry: registry, Processes: processes, BackupRetention: retention,
+	announce, err := erasureNotices(e, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitUsage
+	}
+	eraser, err := subjects.New(subjects.Config{Owner: owner, Registry: registry, Processes: processes, BackupRetention: retention, Announce: announce,
 		Rebuild: func(ctx context.Context, tenant string) (int, error) {
 			res, err := env.svc.Rebuild(ctx, replay.RebuildOptions{Tenant: tenant, Actor: "cli:" + osUser()})
 			return len(res.Projections), err
@@ -134,7 +140,12 @@ func verifySubject(ctx context.Context, e env, owner *pgxpool.Pool, tenant domai
 		fmt.Fprintln(stderr, "strata subjects:", err)
 		return exitFailure
 	}
-	eraser, err := subjects.New(subjects.Config{Owner: owner, Registry: registry, Processes: processes})
+	broker, err := brokerReader(e, owner, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		fmt.Fprintln(stderr, "strata subjects:", err)
+		return exitUsage
+	}
+	eraser, err := subjects.New(subjects.Config{Owner: owner, Registry: registry, Processes: processes, Broker: broker})
 	if err != nil {
 		fmt.Fprintln(stderr, "strata subjects:", err)
 		return exitFailure

@@ -31,6 +31,7 @@ import (
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/internal/failpoint"
 	"github.com/strata-es/strata/personal"
+	"github.com/strata-es/strata/projections/relay"
 )
 
 // The steps of an erasure, in order.
@@ -40,11 +41,12 @@ const (
 	StepRedact      = "redact"      // plaintext outside the log: process instances tombstoned, free text cleared (redact.go)
 	StepExports     = "exports"     // the tenant's stored export archives deleted
 	StepReadModels  = "read_models" // the tenant's read models rebuilt: the subject's fields tombstoned
+	StepNotice      = "notice"      // consumers of the broker told (Config.Announce)
 	StepReceipt     = "receipt"
 )
 
 // Steps lists the steps in order.
-var Steps = []string{StepDestroy, StepIdempotency, StepRedact, StepExports, StepReadModels, StepReceipt}
+var Steps = []string{StepDestroy, StepIdempotency, StepRedact, StepExports, StepReadModels, StepNotice, StepReceipt}
 
 // The modes a store is dealt with in.
 const (
@@ -52,6 +54,7 @@ const (
 	ModeDeleted    = "deleted"    // its rows are gone
 	ModeBeyondUse  = "beyond_use" // kept where strata cannot reach, unusable until Until (backups)
 	ModeTombstoned = "tombstoned" // rebuilt or redacted in place: the subject's fields hold the declared tombstones
+	ModeNotified   = "notified"   // copies beyond strata: their holders were sent the erasure's notice
 )
 
 // Config configures an Eraser.
@@ -74,6 +77,17 @@ type Config struct {
 	// Processes are the declared personal fields of the process managers'
 	// instances (process.Definition.Personal), by process name.
 	Processes map[string][]event.PersonalField
+	// Announce, if set, publishes the erasure's notice to the broker the
+	// relay publishes the tenant's events to (relay.Notices), in tx, the
+	// step's transaction on an owner connection, and says where it went:
+	// consumers that stored opened fields of the key forget them. Nil: the
+	// relay is off, and the receipt says no notice was sent.
+	Announce func(ctx context.Context, tx pgx.Tx, n Notice) (where string, err error)
+	// Broker, if set, reads what the broker holds of the tenant
+	// (relay.ReadNATS, relay.ReadSQL): Verify looks in its messages for
+	// the subject's ID and, on the subject's streams, for declared fields
+	// in plaintext.
+	Broker func(ctx context.Context, tenant string, fn func(relay.Held) error) error
 	// After, if set, is called after each step has committed; an error
 	// stops the erasure there (the fault tests stop it after every step).
 	After func(step string) error
@@ -87,6 +101,13 @@ type Request struct {
 	Subject string
 	Reason  string
 	Actor   string // who asked
+}
+
+// Notice is what an erasure's notice says: which erasure, the destroyed
+// key (named in every field it sealed) and the subject's pseudonym.
+type Notice struct {
+	ErasureID, Tenant, KeyID, Pseudonym string
+	At                                  time.Time // when the erasure was asked for
 }
 
 // Store is what one store held of the subject and how it was dealt with.
@@ -436,6 +457,28 @@ SELECT count(*) FROM gone`, tenant).Scan(&n); err != nil {
 		return e.eraserTx(ctx, tenant, func(tx pgx.Tx) error {
 			return done(ctx, tx, tenant, rec, step, Store{Name: "read_models", Mode: ModeTombstoned, Count: int64(n),
 				Note: "projections whose rows of the tenant were rebuilt from the log: the subject's fields hold their tombstones"})
+		})
+	case StepNotice:
+		if e.cfg.Announce == nil || rec.keyID == "" {
+			note := "the relay is off: no broker holds the tenant's events"
+			if rec.keyID == "" {
+				note = "no key was destroyed"
+			}
+			return e.eraserTx(ctx, tenant, func(tx pgx.Tx) error {
+				return done(ctx, tx, tenant, rec, step, Store{Name: "broker_notice", Mode: ModeNotified, Count: 0, Note: note})
+			})
+		}
+		return pgx.BeginFunc(ctx, e.cfg.Owner, func(tx pgx.Tx) error {
+			where, err := e.cfg.Announce(ctx, tx, Notice{ErasureID: rec.id, Tenant: tenant, KeyID: rec.keyID,
+				Pseudonym: event.PseudonymOf(rec.keyID), At: rec.started.UTC()})
+			if err != nil {
+				return err
+			}
+			if err := asEraser(ctx, tx, tenant); err != nil {
+				return err
+			}
+			return done(ctx, tx, tenant, rec, step, Store{Name: "broker_notice", Mode: ModeNotified, Count: 1,
+				Note: "the erasure's notice, naming the destroyed key, published on " + where + ": consumers that stored fields it sealed, opened, forget them"})
 		})
 	case StepReceipt:
 		return e.eraserTx(ctx, tenant, func(tx pgx.Tx) error {

@@ -42,9 +42,10 @@ func (v Verification) OK() bool { return len(v.Findings) == 0 && v.ErasureID != 
 // records) holds the subject's ID in plaintext; and, on the subject's
 // streams, that no event holds a declared field in plaintext, no process
 // instance a declared field other than its tombstone, and no free text
-// beside them is left (fieldFindings). The broker holds the
-// log's sealed fields (Erase's receipt, "relay"), which the destroyed key
-// was the only way to open.
+// beside them is left (fieldFindings). The broker holds the log's sealed
+// fields (Erase's receipt, "relay"), which the destroyed key was the only
+// way to open; with Config.Broker, its messages are checked as the log is
+// (brokerFindings).
 func (e *Eraser) Verify(ctx context.Context, tenant domain.TenantID, subject string) (Verification, error) {
 	t := string(tenant)
 	hash := personal.SubjectHash(t, subject)
@@ -54,6 +55,7 @@ func (e *Eraser) Verify(ctx context.Context, tenant domain.TenantID, subject str
 	if _, err := db.EnsureEraserGrants(ctx, e.cfg.Owner); err != nil {
 		return v, err
 	}
+	var streams []string // the subject's streams
 	err := e.eraserTx(ctx, t, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT erasure_id::text, key_id FROM subject_erasures WHERE tenant_id = $1 AND subject_hash = $2 AND finished_at IS NOT NULL
 ORDER BY finished_at DESC LIMIT 1`, t, hash).Scan(&v.ErasureID, &v.KeyID)
@@ -71,7 +73,10 @@ ORDER BY finished_at DESC LIMIT 1`, t, hash).Scan(&v.ErasureID, &v.KeyID)
 			v.Findings = append(v.Findings, Finding{Store: "keys", Count: keys, What: "a data key of the subject: what it sealed can be opened"})
 		}
 		if v.KeyID != "" {
-			found, err := e.fieldFindings(ctx, tx, t, v.KeyID)
+			if streams, err = subjectStreams(ctx, tx, t, v.KeyID); err != nil {
+				return err
+			}
+			found, err := e.fieldFindings(ctx, tx, t, v.KeyID, streams)
 			if err != nil {
 				return err
 			}
@@ -94,6 +99,11 @@ ORDER BY finished_at DESC LIMIT 1`, t, hash).Scan(&v.ErasureID, &v.KeyID)
 		}
 		return nil
 	})
+	if err == nil && e.cfg.Broker != nil {
+		var found []Finding
+		found, err = e.brokerFindings(ctx, t, subject, streams)
+		v.Findings = append(v.Findings, found...)
+	}
 	if err != nil {
 		return v, fmt.Errorf("verify a subject of %s: %w", t, err)
 	}

@@ -16,10 +16,9 @@ import (
 // the declaration), declared fields of their process instances that do not
 // hold their tombstones, and free text beside them not cleared. The values
 // themselves cannot be looked for: the key that could say them is gone.
-func (e *Eraser) fieldFindings(ctx context.Context, tx pgx.Tx, tenant, keyID string) ([]Finding, error) {
-	streams, err := subjectStreams(ctx, tx, tenant, keyID)
-	if err != nil || len(streams) == 0 {
-		return nil, err
+func (e *Eraser) fieldFindings(ctx context.Context, tx pgx.Tx, tenant, keyID string, streams []string) ([]Finding, error) {
+	if len(streams) == 0 {
+		return nil, nil
 	}
 	var out []Finding
 	if e.cfg.Registry != nil {

@@ -47,7 +47,7 @@ func DefaultSubject() SubjectConfig {
 
 // subjectSteps are the erasure's steps (tenancy/subjects.Steps), whose
 // failpoints are subjects.<step>.
-var subjectSteps = []string{"destroy", "idempotency", "redact", "exports", "read_models", "receipt"}
+var subjectSteps = []string{"destroy", "idempotency", "redact", "exports", "read_models", "notice", "receipt"}
 
 func (e *env) runSubject(ctx context.Context, r *Result) error {
 	cfg := e.cfg.Subject
