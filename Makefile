@@ -33,8 +33,8 @@ PATRONI ?= $(shell command -v patroni 2>/dev/null || ls /usr/bin/patroni 2>/dev/
 ETCD ?= $(shell command -v etcd 2>/dev/null || ls /usr/bin/etcd 2>/dev/null)
 
 .PHONY: deps
-deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer, chromium, patroni and etcd, Ory Hydra, SeaweedFS) when it is missing
-	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium deps/patroni deps/hydra deps/seaweedfs
+deps: ## install what the tests need beyond Go and PostgreSQL (Debian's pgbouncer, chromium, patroni and etcd, Ory Hydra, SeaweedFS, local-kms) when it is missing
+	@$(MAKE) --no-print-directory deps/pgbouncer deps/chromium deps/patroni deps/hydra deps/seaweedfs deps/localkms
 
 # SeaweedFS: the S3-compatible object store of the archive tests
 # (cli/tenants_archive_test.go), built from the Go module proxy into
@@ -55,6 +55,17 @@ deps/hydra:
 	@if [ -x bin/hydra ]; then exit 0; fi; \
 	echo "make deps: building Ory Hydra into bin/hydra (a few minutes the first time)"; \
 	mkdir -p bin && cd internal/hydra/tool && GOWORK=off $(GO) build -o ../../../bin/hydra github.com/ory/hydra/v2
+
+# local-kms: an implementation of the AWS KMS API, the KMS of the tests of
+# the key-encryption key held in AWS KMS (personal/awskms), built from the
+# module proxy into bin/local-kms from internal/localkms/tool, a module of
+# its own that pins its version. The tests build it themselves when it is
+# missing; this does it up front.
+.PHONY: deps/localkms
+deps/localkms:
+	@if [ -x bin/local-kms ]; then exit 0; fi; \
+	echo "make deps: building local-kms into bin/local-kms"; \
+	mkdir -p bin && cd internal/localkms/tool && GOWORK=off GOFLAGS=-mod=mod $(GO) build -o ../../../bin/local-kms github.com/nsmithuk/local-kms
 
 .PHONY: deps/pgbouncer
 deps/pgbouncer:

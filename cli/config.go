@@ -118,6 +118,7 @@ var envVars = map[string]string{
 	// The archive store of cold tenants (docs/tenants.md, "Archive").
 	"STRATA_BACKUP_RETENTION":         "how long the deployment keeps its backups (35d, 72h): dates when the backups taken before a subject's erasure stop holding their key (unset: the receipt says it is the deployment's retention)",
 	"STRATA_KEK_FILE":                 "a file holding the key-encryption key (32 bytes, base64 or hex) that wraps the data keys of personal data (unset: a key held in each database; docs/personal-data.md)",
+	"STRATA_KEK_AWS_KMS_KEY":          "an AWS KMS key (ID, ARN or alias) that wraps the data keys of personal data, instead of STRATA_KEK_FILE's; reached with the AWS SDK's settings (AWS_REGION, AWS_ENDPOINT_URL_KMS, credentials; docs/personal-data.md)",
 	"STRATA_ARCHIVE_S3_ENDPOINT":      "the archive store's S3 endpoint, http:// or https:// (unset: no archive store)",
 	"STRATA_ARCHIVE_S3_BUCKET":        "the archive store's bucket",
 	"STRATA_ARCHIVE_S3_REGION":        "the archive store's region (empty for servers that ignore it)",

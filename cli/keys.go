@@ -23,7 +23,7 @@ Usage:
                                               plane and every placement; no event is touched
 
 rotate makes a new key-encryption key the current one in each database, or,
-with STRATA_KEK_FILE set, the file's key; then it re-wraps every tenant's data
+with STRATA_KEK_FILE or STRATA_KEK_AWS_KMS_KEY set, the file's or KMS's key; then it re-wraps every tenant's data
 keys under it and deletes the keys that wrap none any more and stopped being
 current longer than --grace ago (every serving process has read the new one).
 A rotation stopped halfway is finished by running it again.
@@ -50,13 +50,10 @@ func cmdKeys(ctx context.Context, args []string, e env, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "strata keys: unknown subcommand or arguments %q\n\n%s", args, keysUsage)
 		return exitUsage
 	}
-	var file personal.KEK
-	if path := e.str("STRATA_KEK_FILE", ""); path != "" {
-		var err error
-		if file, err = personal.FileKEK(path); err != nil {
-			fmt.Fprintln(stderr, "strata keys:", err)
-			return exitFailure
-		}
+	file, err := externalKEK(ctx, e)
+	if err != nil {
+		fmt.Fprintln(stderr, "strata keys:", err)
+		return exitFailure
 	}
 	_, owner, closeOwner, err := openTenantStorePool(ctx, e, stderr)
 	if err != nil {

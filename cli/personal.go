@@ -2,11 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/personal"
+	"github.com/strata-es/strata/personal/awskms"
 )
 
 // protect returns reg sealing and opening personal data with the keyring
@@ -31,14 +36,33 @@ type keyPool interface {
 // when set (docs/personal-data.md). Each database (the control plane, each
 // placement) keeps its tenants' keys and its own KEKs.
 func keyring(ctx context.Context, e env, pool keyPool) (*personal.Keyring, error) {
-	var file personal.KEK
-	if path := e.str("STRATA_KEK_FILE", ""); path != "" {
-		var err error
-		if file, err = personal.FileKEK(path); err != nil {
-			return nil, err
-		}
+	kek, err := externalKEK(ctx, e)
+	if err != nil {
+		return nil, err
 	}
-	return personal.NewKeyring(pool, personal.DatabaseKEKs(ctx, pool, file), personal.Config{}), nil
+	return personal.NewKeyring(pool, personal.DatabaseKEKs(ctx, pool, kek), personal.Config{}), nil
+}
+
+// externalKEK is the key-encryption key held outside the databases, when
+// one is configured: STRATA_KEK_FILE's, or the AWS KMS key
+// STRATA_KEK_AWS_KMS_KEY names (reached with the AWS SDK's usual settings:
+// AWS_REGION, AWS_ENDPOINT_URL_KMS, credentials from the environment, the
+// shared files or the instance's role). Nil: each database holds its own.
+func externalKEK(ctx context.Context, e env) (personal.KEK, error) {
+	path, key := e.str("STRATA_KEK_FILE", ""), e.str("STRATA_KEK_AWS_KMS_KEY", "")
+	switch {
+	case path != "" && key != "":
+		return nil, errors.New("STRATA_KEK_FILE and STRATA_KEK_AWS_KMS_KEY both name a key-encryption key: set one")
+	case path != "":
+		return personal.FileKEK(path)
+	case key != "":
+		cfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("STRATA_KEK_AWS_KMS_KEY: AWS settings: %w", err)
+		}
+		return awskms.New(ctx, kms.NewFromConfig(cfg), key)
+	}
+	return nil, nil
 }
 
 // listenKeys adds the worker that keeps the app's keyring true to its

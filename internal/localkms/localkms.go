@@ -1,0 +1,117 @@
+// Package localkms runs a private local-kms (github.com/nsmithuk/local-kms,
+// an implementation of the AWS KMS API) for the tests of personal/awskms.
+//
+// The binary is $LOCAL_KMS, else bin/local-kms at the module's root (`make
+// deps` builds it), else it is built there from internal/localkms/tool, a
+// module of its own that pins its version. The server keeps its data in the
+// test's temporary directory, listens on a free port, and is killed when
+// the test ends.
+package localkms
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-es/strata/internal/toolbuild"
+)
+
+// EnvBinary names the variable that points at a local-kms binary.
+const EnvBinary = "LOCAL_KMS"
+
+// Region is the region the server answers for.
+const Region = "eu-west-2"
+
+// Server is a running local-kms.
+type Server struct {
+	// Endpoint is its URL (http://127.0.0.1:<port>).
+	Endpoint string
+}
+
+// Binary returns the local-kms binary, building it when there is none.
+func Binary() (string, error) {
+	if p := strings.TrimSpace(os.Getenv(EnvBinary)); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$%s=%s: %w", EnvBinary, p, err)
+		}
+		return p, nil
+	}
+	root, err := toolbuild.ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, "bin", "local-kms")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	return bin, toolbuild.Locked(bin, func() error {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			if _, err := os.Stat(goBin); err != nil {
+				return errors.New("localkms: no binary ($LOCAL_KMS, bin/local-kms) and no go command to build one: run `make deps`")
+			}
+		}
+		tmp := bin + ".building"
+		cmd := exec.Command(goBin, "build", "-o", tmp, "github.com/nsmithuk/local-kms")
+		cmd.Dir = filepath.Join(root, "internal", "localkms", "tool")
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("localkms: build from internal/localkms/tool: %v\n%s", err, out)
+		}
+		return os.Rename(tmp, bin)
+	})
+}
+
+// Start starts a local-kms for the test; it is killed when t ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := t.TempDir()
+	logf, err := os.Create(filepath.Join(dir, "local-kms.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "KMS_REGION="+Region, "KMS_DATA_PATH="+filepath.Join(dir, "data"),
+		"KMS_SEED_PATH="+filepath.Join(dir, "no-seed.yaml"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("localkms: start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+	})
+	s := &Server{Endpoint: "http://127.0.0.1:" + strconv.Itoa(port)}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		res, err := http.Get(s.Endpoint)
+		if err == nil {
+			res.Body.Close()
+			return s
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("localkms: not answering on %s after 15s: %v\n%s", s.Endpoint, err, log)
+		}
+	}
+}
