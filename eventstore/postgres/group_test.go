@@ -29,11 +29,14 @@ import (
 func TestConformanceGrouped(t *testing.T) {
 	for _, cfg := range []GroupConfig{{}, {MaxInFlight: 1, MaxBatch: 8}} {
 		t.Run(fmt.Sprintf("in_flight=%d,max_batch=%d", cfg.withDefaults().MaxInFlight, cfg.withDefaults().MaxBatch), func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T) storetest.Harness {
+			harness := func(t *testing.T) storetest.Harness {
 				d := testdb.New(t)
 				s := New(d.App, d.Projector, WithGroupCommit(cfg))
 				return storetest.Harness{Store: s, Log: s, Idempotency: s}
-			})
+			}
+			storetest.Run(t, harness)
+			// Multi-stream appends run beside the groups, in their lock order.
+			storetest.RunMulti(t, harness)
 		})
 	}
 }

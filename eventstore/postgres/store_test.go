@@ -18,11 +18,13 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
+	harness := func(t *testing.T) storetest.Harness {
 		d := testdb.New(t)
 		s := New(d.App, d.Projector)
 		return storetest.Harness{Store: s, Log: s, Idempotency: s}
-	})
+	}
+	storetest.Run(t, harness)
+	storetest.RunMulti(t, harness)
 }
 
 func ctxT(t *testing.T) context.Context {
