@@ -15,7 +15,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,42 +50,8 @@ type Server struct {
 
 // Binary returns the hydra binary, building it when there is none.
 func Binary() (string, error) {
-	if p := strings.TrimSpace(os.Getenv(EnvBinary)); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("$%s=%s: %w", EnvBinary, p, err)
-		}
-		return p, nil
-	}
-	root, err := toolbuild.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, "bin", "hydra")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	return bin, build(root, bin)
-}
-
-// build compiles Hydra from the tool module into bin, under a lock
-// (toolbuild.Locked).
-func build(root, bin string) error {
-	return toolbuild.Locked(bin, func() error {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-			if _, err := os.Stat(goBin); err != nil {
-				return errors.New("hydra: no binary ($HYDRA, bin/hydra) and no go command to build one: run `make deps`")
-			}
-		}
-		tmp := bin + ".building"
-		cmd := exec.Command(goBin, "build", "-o", tmp, "github.com/ory/hydra/v2")
-		cmd.Dir = filepath.Join(root, "internal", "hydra", "tool")
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("hydra: build from internal/hydra/tool: %v\n%s", err, out)
-		}
-		return os.Rename(tmp, bin)
+	return toolbuild.Binary(EnvBinary, "hydra", func(root, bin string) error {
+		return toolbuild.GoBuild(root, filepath.Join("internal", "hydra", "tool"), "github.com/ory/hydra/v2", bin)
 	})
 }
 

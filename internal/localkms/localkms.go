@@ -9,16 +9,12 @@
 package localkms
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,36 +35,8 @@ type Server struct {
 
 // Binary returns the local-kms binary, building it when there is none.
 func Binary() (string, error) {
-	if p := strings.TrimSpace(os.Getenv(EnvBinary)); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("$%s=%s: %w", EnvBinary, p, err)
-		}
-		return p, nil
-	}
-	root, err := toolbuild.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, "bin", "local-kms")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	return bin, toolbuild.Locked(bin, func() error {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-			if _, err := os.Stat(goBin); err != nil {
-				return errors.New("localkms: no binary ($LOCAL_KMS, bin/local-kms) and no go command to build one: run `make deps`")
-			}
-		}
-		tmp := bin + ".building"
-		cmd := exec.Command(goBin, "build", "-o", tmp, "github.com/nsmithuk/local-kms")
-		cmd.Dir = filepath.Join(root, "internal", "localkms", "tool")
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("localkms: build from internal/localkms/tool: %v\n%s", err, out)
-		}
-		return os.Rename(tmp, bin)
+	return toolbuild.Binary(EnvBinary, "local-kms", func(root, bin string) error {
+		return toolbuild.GoBuild(root, filepath.Join("internal", "localkms", "tool"), "github.com/nsmithuk/local-kms", bin)
 	})
 }
 

@@ -45,28 +45,10 @@ type Server struct {
 	Dir      string
 }
 
-// Binary returns the weed binary, building it when there is none.
+// Binary returns the weed binary, building it when there is none (by
+// build.sh).
 func Binary() (string, error) {
-	if p := strings.TrimSpace(os.Getenv(EnvBinary)); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("$%s=%s: %w", EnvBinary, p, err)
-		}
-		return p, nil
-	}
-	root, err := toolbuild.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, "bin", "weed")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	return bin, build(root, bin)
-}
-
-// build runs build.sh under a lock (toolbuild.Locked).
-func build(root, bin string) error {
-	return toolbuild.Locked(bin, func() error {
+	return toolbuild.Binary(EnvBinary, "weed", func(root, bin string) error {
 		cmd := exec.Command("/bin/sh", filepath.Join(root, "internal", "seaweed", "build.sh"), bin)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("seaweed: internal/seaweed/build.sh (or run `make deps`): %v\n%s", err, out)

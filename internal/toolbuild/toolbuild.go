@@ -1,5 +1,5 @@
 // Package toolbuild finds and builds the test tools strata builds from the
-// Go module proxy into bin/ (Ory Hydra, SeaweedFS): the module's root, and
+// Go module proxy into bin/ (Ory Hydra, SeaweedFS, local-kms): the module's root, and
 // a build under a file lock so that test binaries starting at once build a
 // tool once.
 package toolbuild
@@ -7,8 +7,12 @@ package toolbuild
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"syscall"
 )
 
@@ -50,4 +54,46 @@ func Locked(bin string, build func() error) error {
 		return nil // built by another test binary meanwhile
 	}
 	return build()
+}
+
+// Binary returns a tool's binary: the file $env names when it is set, else
+// bin/<name> at the module's root, built there by build (under Locked)
+// when it is missing.
+func Binary(env, name string, build func(root, bin string) error) (string, error) {
+	if p := strings.TrimSpace(os.Getenv(env)); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$%s=%s: %w", env, p, err)
+		}
+		return p, nil
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	return bin, Locked(bin, func() error { return build(root, bin) })
+}
+
+// GoBuild builds pkg into bin from the tool module in root/dir (a module
+// of its own that pins the tool's version), with the go command on PATH or
+// the one of the running Go.
+func GoBuild(root, dir, pkg, bin string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			return fmt.Errorf("no go command to build %s: run `make deps`", pkg)
+		}
+	}
+	tmp := bin + ".building"
+	cmd := exec.Command(goBin, "build", "-o", tmp, pkg)
+	cmd.Dir = filepath.Join(root, dir)
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s from %s: %v\n%s", pkg, dir, err, out)
+	}
+	return os.Rename(tmp, bin)
 }
