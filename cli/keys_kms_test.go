@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/db"
@@ -28,14 +25,9 @@ func TestKeysRotateToAWSKMS(t *testing.T) {
 	s := localkms.Start(t)
 	t.Setenv("AWS_REGION", localkms.Region)
 	t.Setenv("AWS_ENDPOINT_URL_KMS", s.Endpoint)
-	t.Setenv("AWS_ACCESS_KEY_ID", "strata-test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "strata-test-secret")
-	client := kms.New(kms.Options{Region: localkms.Region, BaseEndpoint: aws.String(s.Endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("strata-test", "strata-test-secret", "")})
-	made, err := client.CreateKey(ctx, &kms.CreateKeyInput{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Setenv("AWS_ACCESS_KEY_ID", localkms.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", localkms.SecretKey)
+	keyID, keyARN := s.NewKey(ctx, t)
 	url := pgtest.NewDatabase(t)
 	vars := map[string]string{"DATABASE_URL": url, "STRATA_DATA_DIR": t.TempDir()}
 	cli := func(args ...string) (int, string, string) {
@@ -70,9 +62,9 @@ func TestKeysRotateToAWSKMS(t *testing.T) {
 		}
 	}
 	withKey("alice") // under the database's KEK
-	vars["STRATA_KEK_AWS_KMS_KEY"] = *made.KeyMetadata.KeyId
+	vars["STRATA_KEK_AWS_KMS_KEY"] = keyID
 	withKey("bob") // under KMS's
-	kmsID := "aws-kms:" + *made.KeyMetadata.Arn
+	kmsID := "aws-kms:" + keyARN
 	code, out, errOut := cli("keys", "rotate", "--grace", "1ns", "--json")
 	if code != exitOK || !strings.Contains(out, kmsID) {
 		t.Fatalf("keys rotate: %d\n%s%s", code, out, errOut)

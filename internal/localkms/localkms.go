@@ -9,6 +9,7 @@
 package localkms
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+
 	"github.com/strata-es/strata/internal/toolbuild"
 )
 
@@ -26,6 +31,12 @@ const EnvBinary = "LOCAL_KMS"
 
 // Region is the region the server answers for.
 const Region = "eu-west-2"
+
+// The credentials the tests sign with (local-kms checks none).
+const (
+	AccessKey = "strata-test"
+	SecretKey = "strata-test-secret"
+)
 
 // Server is a running local-kms.
 type Server struct {
@@ -38,6 +49,24 @@ func Binary() (string, error) {
 	return toolbuild.Binary(EnvBinary, "local-kms", func(root, bin string) error {
 		return toolbuild.GoBuild(root, filepath.Join("internal", "localkms", "tool"), "github.com/nsmithuk/local-kms", bin)
 	})
+}
+
+// Client returns a KMS client of the server, with the test credentials
+// it accepts.
+func (s *Server) Client() *kms.Client {
+	return kms.New(kms.Options{Region: Region, BaseEndpoint: aws.String(s.Endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, "")})
+}
+
+// NewKey makes a symmetric encryption key on the server and returns its
+// ID and ARN.
+func (s *Server) NewKey(ctx context.Context, t testing.TB) (id, arn string) {
+	t.Helper()
+	out, err := s.Client().CreateKey(ctx, &kms.CreateKeyInput{Description: aws.String("strata test KEK")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *out.KeyMetadata.KeyId, *out.KeyMetadata.Arn
 }
 
 // Start starts a local-kms for the test; it is killed when t ends.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,13 +24,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func newKey(ctx context.Context, t *testing.T) (*kms.Client, string) {
 	t.Helper()
 	s := localkms.Start(t)
-	client := kms.New(kms.Options{Region: localkms.Region, BaseEndpoint: aws.String(s.Endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("strata-test", "strata-test-secret", "")})
-	out, err := client.CreateKey(ctx, &kms.CreateKeyInput{Description: aws.String("strata test KEK")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, *out.KeyMetadata.KeyId
+	id, _ := s.NewKey(ctx, t)
+	return s.Client(), id
 }
 
 // TestWrapUnwrapBoundToTheirPlace: a data key wrapped by KMS unwraps under
