@@ -176,15 +176,8 @@ func (r *StreamRecorder) CallMulti(client int, req eventstore.MultiAppendRequest
 		}
 		return in
 	})
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.owners == nil {
-		r.owners = map[string]int{}
-	}
 	for _, p := range req.Streams {
-		for _, e := range p.Events {
-			r.owners[e.ID] = int(c)
-		}
+		r.own(c, p.Events)
 	}
 	return c
 }

@@ -201,17 +201,22 @@ func (r *StreamRecorder) CallAppend(client int, req eventstore.AppendRequest) Ca
 	c := r.h.call(client, func(c Call) any {
 		return AppendInput{Tenant: req.Tenant, Stream: req.Stream, Op: int(c), Expected: req.Expected, N: len(req.Events)}
 	})
-	// The owners are known before the append is invoked, so a read that
-	// sees one of its events always finds who wrote it.
+	r.own(c, req.Events)
+	return c
+}
+
+// own records c as the writer of events. The owners are known before the
+// append is invoked, so a read that sees one of its events always finds
+// who wrote it.
+func (r *StreamRecorder) own(c Call, events []eventstore.NewEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.owners == nil {
 		r.owners = map[string]int{}
 	}
-	for _, e := range req.Events {
+	for _, e := range events {
 		r.owners[e.ID] = int(c)
 	}
-	return c
 }
 
 // ReturnAppend records the store's answer: nil is ok, ErrVersionConflict

@@ -11,8 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/strata-es/strata/domain"
-	"github.com/strata-es/strata/examples"
-	"github.com/strata-es/strata/internal/testdb"
 )
 
 // TestJobsCapIsTheDatabasesAndExpiredJobsGo (issue 29, finding 13): two
@@ -25,13 +23,7 @@ import (
 func TestJobsCapIsTheDatabasesAndExpiredJobsGo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, examples.All().Lines()...)
-	conn, err := pgx.Connect(ctx, d.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	seedCanary(ctx, t, conn)
+	d, conn := canaryDB(ctx, t)
 	if _, err := conn.Exec(ctx, `INSERT INTO strata.tenants (id, name, status) VALUES ('gamma', 'Gamma', 'active')`); err != nil {
 		t.Fatal(err)
 	}
@@ -144,13 +136,7 @@ func TestJobsCapIsTheDatabasesAndExpiredJobsGo(t *testing.T) {
 func TestJobStartRacingAnErasureIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, examples.All().Lines()...)
-	conn, err := pgx.Connect(ctx, d.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	seedCanary(ctx, t, conn)
+	d, conn := canaryDB(ctx, t)
 	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test"})
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,20 @@ func moduleTables() []Table {
 	return out
 }
 
+// canaryDB returns a database of the example modules with the two
+// tenants' canaries (seedCanary), and a superuser connection to it.
+func canaryDB(ctx context.Context, t *testing.T) (*testdb.DB, *pgx.Conn) {
+	t.Helper()
+	d := testdb.New(t, examples.All().Lines()...)
+	conn, err := pgx.Connect(ctx, d.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	seedCanary(ctx, t, conn)
+	return d, conn
+}
+
 // seedCanary writes, as the superuser (no row-level security), acme's
 // small history and beta's canary rows into the log, the idempotency
 // records, read models and dead letters.
@@ -91,13 +105,7 @@ func archiveFiles(t *testing.T, raw []byte) map[string][]byte {
 func TestExportCannotReadAnotherTenant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, examples.All().Lines()...)
-	conn, err := pgx.Connect(ctx, d.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	seedCanary(ctx, t, conn)
+	d, conn := canaryDB(ctx, t)
 	var canaries int
 	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM strata.events WHERE tenant_id = 'beta') + (SELECT count(*) FROM strata.order_list WHERE tenant_id = 'beta')
   + (SELECT count(*) FROM strata.dead_letters WHERE tenant_id = 'beta') + (SELECT count(*) FROM strata.idempotency_keys WHERE tenant_id = 'beta')`).Scan(&canaries); err != nil || canaries != 4 {
@@ -186,13 +194,7 @@ func TestExportCannotReadAnotherTenant(t *testing.T) {
 func TestImportChecksTheArchive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, examples.All().Lines()...)
-	conn, err := pgx.Connect(ctx, d.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	seedCanary(ctx, t, conn)
+	d, conn := canaryDB(ctx, t)
 	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test", Registry: examples.All().MustRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -265,13 +267,7 @@ WHERE g.tenant_id = 'gamma'`).Scan(&recorded, &original); err != nil || !recorde
 func TestExportStartsAgainWhenTheTenantMovedOn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := testdb.New(t, examples.All().Lines()...)
-	conn, err := pgx.Connect(ctx, d.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	seedCanary(ctx, t, conn)
+	d, conn := canaryDB(ctx, t)
 	svc, err := New(Config{App: d.App, Projector: d.Projector, Owner: d.Projector, Tables: moduleTables(), Actor: "test"})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-es/strata/auth"
 	"github.com/strata-es/strata/domain"
+	"github.com/strata-es/strata/tenancy/subjects"
 )
 
 // Subject: two customers of a tenant forgotten (`strata subjects erase`),
@@ -44,10 +45,6 @@ func DefaultSubject() SubjectConfig {
 	return SubjectConfig{Customers: 5, Erased: 2, OrdersPerCustomer: 6, Clients: 3, MinKills: 3, MaxAttempts: 10,
 		KillAfterMax: 300 * time.Millisecond, CatchUp: 30 * time.Second}
 }
-
-// subjectSteps are the erasure's steps (tenancy/subjects.Steps), whose
-// failpoints are subjects.<step>.
-var subjectSteps = []string{"destroy", "idempotency", "redact", "exports", "read_models", "notice", "receipt"}
 
 func (e *env) runSubject(ctx context.Context, r *Result) error {
 	cfg := e.cfg.Subject
@@ -146,7 +143,7 @@ func (e *env) runSubject(ctx context.Context, r *Result) error {
 		_ = admin.QueryRow(ctx, `SELECT coalesce(array_agg(k), '{}') FROM strata.subject_erasures, jsonb_object_keys(steps) k
 WHERE tenant_id = $1 AND finished_at IS NULL`, tenant).Scan(&done)
 		var out []string
-		for _, st := range subjectSteps {
+		for _, st := range subjects.Steps { // failpoints subjects.<step>
 			if !slices.Contains(done, st) {
 				out = append(out, "subjects."+st)
 			}
