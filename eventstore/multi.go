@@ -27,6 +27,8 @@ type MultiAppendRequest struct {
 	// Idempotency, optional, records the command's outcome under its key
 	// in the same transaction, as for one stream.
 	Idempotency *MultiIdempotency
+	// Condition, optional, guards the whole append (condition.go).
+	Condition *AppendCondition
 }
 
 // MultiIdempotency is Idempotency for a multi-stream append.

@@ -103,6 +103,10 @@ type AppendRequest struct {
 	Expected    ExpectedVersion
 	Events      []NewEvent
 	Idempotency *Idempotency // optional
+	// Condition, optional, fails the append (ErrConditionFailed) when an
+	// event matching its query was appended after its position
+	// (condition.go; only a TagReader store accepts one).
+	Condition *AppendCondition
 }
 
 // AppendResult describes a successful append.

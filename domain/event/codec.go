@@ -29,6 +29,11 @@ type Codec struct {
 	// Personal declares the type's personal data, nil when it has none
 	// (personal.go).
 	Personal *Personal
+	// Tags, optional, returns the tags of an event of this type (tags.go):
+	// what an append condition may query it by. A tag is stored as
+	// written, in plaintext: a personal value goes in through a digest
+	// (TagDigest), never as is.
+	Tags func(Payload) []string
 }
 
 // ErrUnknownType is returned when decoding a type no codec is registered for.
@@ -105,6 +110,26 @@ func (r *Registry) Encode(p Payload) (typ string, version int, data []byte, err 
 		return "", 0, nil, fmt.Errorf("encode %s: %w", c.Type, err)
 	}
 	return c.Type, c.Version, data, nil
+}
+
+// Tags returns the tags of payload p, as its codec declares them, in
+// their stored form (NormalizeTags); nil for a type without tags.
+func (r *Registry) Tags(p Payload) ([]string, error) {
+	c, ok := r.byType[p.EventType()]
+	if !ok {
+		return nil, fmt.Errorf("tags of %s: %w", p.EventType(), ErrUnknownType)
+	}
+	if c.Tags == nil {
+		return nil, nil
+	}
+	if reflect.TypeOf(p).Kind() == reflect.Pointer {
+		p = reflect.ValueOf(p).Elem().Interface().(Payload)
+	}
+	tags, err := NormalizeTags(c.Tags(p))
+	if err != nil {
+		return nil, fmt.Errorf("tags of %s: %w", c.Type, err)
+	}
+	return tags, nil
 }
 
 // Decode returns the payload stored as typ at schema version, upcasting it to

@@ -20,6 +20,9 @@ type Metadata struct {
 	// projection's span can link back to the request that wrote the event.
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
+	// Tags name what the event is about beyond its stream (tags.go),
+	// sorted, once each; stamped from the type's Codec.Tags.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // Record is one stored event as every store returns it.

@@ -117,6 +117,7 @@ func testMetadata() event.Metadata {
 		Actor:         "user-1",
 		TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		TraceState:    "k=v",
+		Tags:          []string{"email:a", "seat:12A"},
 	}
 }
 
@@ -128,7 +129,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		tenant, sv, got, err := decodeMetadata(b)
-		if err != nil || tenant != "t-a" || sv != 3 || got != m {
+		if err != nil || tenant != "t-a" || sv != 3 || !reflect.DeepEqual(got, m) {
 			t.Fatalf("decode(%s) = %q, %d, %+v, %v", b, tenant, sv, got, err)
 		}
 	}
@@ -147,7 +148,7 @@ func TestMetadataWireFormat(t *testing.T) {
 	want := map[string]any{
 		"tenant": "t-a", "schema_version": float64(1),
 		"command_id": "cmd-1", "correlation_id": "corr-1", "causation_id": "cause-1", "actor": "user-1",
-		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "k=v",
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "k=v", "tags": []any{"email:a", "seat:12A"},
 		"$correlationId": "corr-1", "$causationId": "cause-1",
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -198,7 +199,7 @@ func TestEventData(t *testing.T) {
 		t.Fatalf("event data %+v", d)
 	}
 	tenant, sv, m, err := decodeMetadata(d.Metadata)
-	if err != nil || tenant != "t-a" || sv != 2 || m != testMetadata() {
+	if err != nil || tenant != "t-a" || sv != 2 || !reflect.DeepEqual(m, testMetadata()) {
 		t.Fatalf("metadata %s: %q %d %+v %v", d.Metadata, tenant, sv, m, err)
 	}
 	for _, e := range []eventstore.NewEvent{

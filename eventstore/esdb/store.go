@@ -239,6 +239,11 @@ func (s *Store) Append(ctx context.Context, req eventstore.AppendRequest) (event
 	if len(req.Events) == 0 {
 		return eventstore.AppendResult{}, fmt.Errorf("%s: %w: no events", op, ErrInvalidAppend)
 	}
+	if req.Condition != nil {
+		// Tags travel in the metadata; checking a condition against them
+		// needs the tag index this adapter does not have yet.
+		return eventstore.AppendResult{}, fmt.Errorf("%s: %w: EventStoreDB does not check append conditions (use the PostgreSQL store)", op, ErrInvalidAppend)
+	}
 	expected, err := expectedRevision(req.Expected)
 	if err != nil {
 		return eventstore.AppendResult{}, fmt.Errorf("%s: %w", op, err)

@@ -368,6 +368,40 @@ JOIN ok ON ok.ord = ev.req
 ORDER BY ev.i
 RETURNING stream_id, version, tx_id::text AS tx_text, position`
 
+// groupCondAppendSQL is groupAppendSQL for a statement one of whose
+// appends has a condition ($11, jsonb per append, NULL for none): an
+// append is inserted when its expectation and its condition hold, and
+// each one that is not comes back as a row naming why (failed: 'version'
+// or 'condition'; the inserted events' rows have failed = ”).
+var groupCondAppendSQL = `
+WITH req AS MATERIALIZED (
+    SELECT r.stream, r.expected, r.ord, r.cond,
+        (SELECT coalesce(max(e.version), 0) FROM events e WHERE e.tenant_id = $1 AND e.stream_id = r.stream) AS cur
+    FROM unnest($2::text[], $3::bigint[], $11::jsonb[]) WITH ORDINALITY AS r(stream, expected, cond, ord)
+), judged AS MATERIALIZED (
+    SELECT stream, cur, ord,
+        CASE expected
+            WHEN -1 THEN true
+            WHEN -2 THEN cur = 0
+            WHEN -3 THEN cur > 0
+            ELSE cur = expected
+        END AS version_ok,
+        cond IS NULL OR NOT ` + fmt.Sprintf(conditionFailsSQL, "cond") + ` AS cond_ok
+    FROM req
+), ins AS (
+    INSERT INTO events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
+    SELECT $1, j.stream, j.cur + ev.n, ev.id::uuid, ev.typ, ev.sv, ev.data::jsonb, ev.meta::jsonb
+    FROM unnest($4::int[], $5::int[], $6::text[], $7::text[], $8::int[], $9::text[], $10::text[])
+        WITH ORDINALITY AS ev(req, n, id, typ, sv, data, meta, i)
+    JOIN judged j ON j.ord = ev.req AND j.version_ok AND j.cond_ok
+    ORDER BY ev.i
+    RETURNING stream_id, version, tx_id::text AS tx_text, position
+)
+SELECT stream_id, version, tx_text, position, '' AS failed FROM ins
+UNION ALL
+SELECT stream, 0, '', 0, CASE WHEN version_ok THEN 'condition' ELSE 'version' END
+FROM judged WHERE NOT (version_ok AND cond_ok)`
+
 // groupKeysSQL records the idempotency keys of one tenant's members.
 const groupKeysSQL = `INSERT INTO idempotency_keys (tenant_id, key, request_hash, response)
 SELECT $1, k.key, k.hash, k.resp FROM unnest($2::text[], $3::text[], $4::bytea[]) AS k(key, hash, resp)`
@@ -377,6 +411,25 @@ SELECT $1, k.key, k.hash, k.resp FROM unnest($2::text[], $3::text[], $4::bytea[]
 type groupStmt struct {
 	tenant  string
 	members []*pending
+}
+
+// conditional reports whether a member of the statement has a condition:
+// it then runs groupCondAppendSQL.
+func (st groupStmt) conditional() bool {
+	return slices.ContainsFunc(st.members, func(p *pending) bool { return p.enc.cond != nil })
+}
+
+// sql returns the statement's text and arguments.
+func (st groupStmt) sql() (string, []any) {
+	args := st.args()
+	if !st.conditional() {
+		return groupAppendSQL, args
+	}
+	conds := make([][]byte, len(st.members))
+	for i, p := range st.members {
+		conds[i] = p.enc.cond
+	}
+	return groupCondAppendSQL, append(args, conds)
 }
 
 func (st groupStmt) args() []any {
@@ -396,15 +449,24 @@ func (st groupStmt) args() []any {
 
 // planGroup orders a group's appends into statements: round r holds each
 // stream's r-th member (arrival order), split by tenant (sorted).
+//
+// A member that takes tag locks (condition.go) is ordered by its tags as by
+// its stream: members sharing a tag go in successive rounds, so that a
+// condition's check sees what an earlier member tagged.
 func planGroup(members []*pending) (stmts []groupStmt, locks []string) {
 	seen := map[string]int{}
 	var rounds [][]*pending
 	for _, p := range members {
-		k := p.req.Tenant + "/" + p.req.Stream
-		r := seen[k]
-		seen[k] = r + 1
-		if r == 0 {
-			locks = append(locks, k)
+		keys := append([]string{p.req.Tenant + "/" + p.req.Stream}, p.enc.locks...)
+		r := 0
+		for _, k := range keys {
+			r = max(r, seen[k])
+		}
+		for _, k := range keys {
+			if _, held := seen[k]; !held {
+				locks = append(locks, k)
+			}
+			seen[k] = r + 1
 		}
 		if r == len(rounds) {
 			rounds = append(rounds, nil)
@@ -453,7 +515,8 @@ func (s *Store) appendGroup(ctx context.Context, members []*pending, beforeCommi
 		if i > 0 && st.tenant != stmts[i-1].tenant {
 			b.Queue(db.SetTenantSQL, st.tenant)
 		}
-		b.Queue(groupAppendSQL, st.args()...)
+		sql, args := st.sql()
+		b.Queue(sql, args...)
 	}
 	br := conn.SendBatch(ctx, b)
 	err = readGroupAppends(br, explicit, stmts)
@@ -609,10 +672,16 @@ func readGroupAppends(br pgx.BatchResults, explicit bool, stmts []groupStmt) err
 			byStream[p.req.Stream] = p
 			p.res = eventstore.AppendResult{}
 		}
+		conditional := st.conditional()
+		failed := make(map[*pending]error)
 		for rows.Next() {
-			var stream, tx string
+			var stream, tx, why string
 			var version, pos int64
-			if err := rows.Scan(&stream, &version, &tx, &pos); err != nil {
+			dest := []any{&stream, &version, &tx, &pos}
+			if conditional {
+				dest = append(dest, &why)
+			}
+			if err := rows.Scan(dest...); err != nil {
 				rows.Close()
 				return err
 			}
@@ -620,6 +689,15 @@ func readGroupAppends(br pgx.BatchResults, explicit bool, stmts []groupStmt) err
 			if p == nil {
 				rows.Close()
 				return fmt.Errorf("group append returned a row of stream %q, which it did not append to", stream)
+			}
+			switch why {
+			case "":
+			case "condition":
+				failed[p] = errCondition
+				continue
+			default:
+				failed[p] = errExpectation
+				continue
 			}
 			major, err := strconv.ParseUint(tx, 10, 64)
 			if err != nil {
@@ -641,6 +719,8 @@ func readGroupAppends(br pgx.BatchResults, explicit bool, stmts []groupStmt) err
 		}
 		for _, p := range st.members {
 			switch n := count[p]; {
+			case failed[p] != nil:
+				p.err = translate(p.op(), failed[p])
 			case n == 0:
 				p.err = translate(p.op(), errExpectation)
 			case n != len(p.enc.ids):

@@ -37,6 +37,7 @@ func TestConformanceGrouped(t *testing.T) {
 			storetest.Run(t, harness)
 			// Multi-stream appends run beside the groups, in their lock order.
 			storetest.RunMulti(t, harness)
+			storetest.RunConditions(t, harness)
 		})
 	}
 }

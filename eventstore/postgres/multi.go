@@ -26,15 +26,28 @@ func (s *Store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 		return eventstore.MultiAppendResult{}, err
 	}
 	op := fmt.Sprintf("append to %d streams", len(req.Streams))
-	locks := make([]string, len(req.Streams))
+	var locks []string
 	for i, sa := range req.Streams {
-		locks[i] = req.Tenant + "/" + sa.Stream
+		locks = append(locks, req.Tenant+"/"+sa.Stream)
+		locks = append(locks, encs[i].locks...)
+	}
+	cond, err := conditionJSON(req.Condition)
+	if err != nil {
+		return eventstore.MultiAppendResult{}, err
+	}
+	if req.Condition != nil {
+		for _, t := range req.Condition.Query.Tags() {
+			locks = append(locks, tagLock(req.Tenant, t))
+		}
 	}
 	var out eventstore.MultiAppendResult
 	var conflict string // the stream whose expectation failed
 	err = pgx.BeginTxFunc(ctx, s.app, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(groupLockSQL, locks, req.Tenant)
+		if cond != nil {
+			b.Queue(multiConditionSQL, req.Tenant, cond)
+		}
 		for i, sa := range req.Streams {
 			enc := encs[i]
 			b.Queue(appendSQL, req.Tenant, sa.Stream, int64(sa.Expected), enc.ids, enc.types, enc.svs, enc.datas, enc.metas)
@@ -43,6 +56,15 @@ func (s *Store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
 			return err
+		}
+		if cond != nil {
+			var holds bool
+			if err := br.QueryRow().Scan(&holds); err != nil {
+				return err
+			}
+			if !holds {
+				return errCondition
+			}
 		}
 		out.Streams = make([]eventstore.AppendResult, len(req.Streams))
 		for i, sa := range req.Streams {
@@ -88,6 +110,10 @@ func (s *Store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 	}
 	return out, nil
 }
+
+// multiConditionSQL is true when the append condition $2 of tenant $1
+// holds; it runs under the locks, before the appends.
+var multiConditionSQL = `SELECT NOT ` + fmt.Sprintf(conditionFailsSQL, "$2::jsonb")
 
 // validateMulti checks a multi-stream append as validate checks each of
 // its streams, and that the streams are distinct, and encodes them.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -161,17 +162,48 @@ func (s *Store) Append(ctx context.Context, req eventstore.AppendRequest) (event
 type encoded struct {
 	ids, types, datas, metas []string
 	svs                      []int32
+	// locks names the tag locks the append takes beside its stream's:
+	// its events' tags and its condition's (condition.go).
+	locks []string
+	// cond is the condition as the statements read it, nil for none.
+	cond []byte
 }
+
+// guarded reports whether the append takes tag locks (its events carry
+// tags or it has a condition): it then runs through the group statements,
+// which take a set of locks, even alone.
+func (e encoded) guarded() bool { return len(e.locks) > 0 }
 
 func encode(req eventstore.AppendRequest) (encoded, error) {
 	n := len(req.Events)
 	enc := encoded{ids: make([]string, n), types: make([]string, n), datas: make([]string, n), metas: make([]string, n), svs: make([]int32, n)}
+	var tags []string
 	for i, e := range req.Events {
+		if len(e.Metadata.Tags) > 0 {
+			norm, err := event.NormalizeTags(e.Metadata.Tags)
+			if err != nil {
+				return encoded{}, fmt.Errorf("%w: %s: %w", ErrInvalidAppend, req.Stream, err)
+			}
+			e.Metadata.Tags = norm
+			tags = append(tags, norm...)
+		}
 		meta, err := json.Marshal(e.Metadata)
 		if err != nil {
 			return encoded{}, fmt.Errorf("append %s: encode metadata: %w", req.Stream, err)
 		}
 		enc.ids[i], enc.types[i], enc.svs[i], enc.datas[i], enc.metas[i] = e.ID, e.Type, int32(e.SchemaVersion), string(e.Data), string(meta)
+	}
+	if req.Condition != nil {
+		cond, err := conditionJSON(req.Condition)
+		if err != nil {
+			return encoded{}, err
+		}
+		enc.cond = cond
+		tags = append(tags, req.Condition.Query.Tags()...)
+	}
+	slices.Sort(tags)
+	for _, t := range slices.Compact(tags) {
+		enc.locks = append(enc.locks, tagLock(req.Tenant, t))
 	}
 	return enc, nil
 }
@@ -179,6 +211,9 @@ func encode(req eventstore.AppendRequest) (encoded, error) {
 // appendAlone appends one request in a transaction of its own. Its errors
 // are the port's (translated).
 func (s *Store) appendAlone(ctx context.Context, req eventstore.AppendRequest, enc encoded) (eventstore.AppendResult, error) {
+	if enc.guarded() {
+		return s.appendGuarded(ctx, req, enc)
+	}
 	sql, args := appendSQL, []any{req.Tenant, req.Stream, int64(req.Expected), enc.ids, enc.types, enc.svs, enc.datas, enc.metas}
 	if len(enc.ids) == 1 {
 		sql, args = appendOneSQL, []any{req.Tenant, req.Stream, int64(req.Expected), enc.ids[0], enc.types[0], enc.svs[0], enc.datas[0], enc.metas[0]}
@@ -304,6 +339,8 @@ func translate(op string, err error) error {
 	switch {
 	case errors.Is(err, errExpectation):
 		return fmt.Errorf("%s: %w", op, eventstore.ErrVersionConflict)
+	case errors.Is(err, errCondition):
+		return fmt.Errorf("%s: %w", op, eventstore.ErrConditionFailed)
 	case db.SQLState(err) == "23505":
 		switch db.ConstraintName(err) {
 		case "idempotency_keys_pkey":

@@ -25,6 +25,7 @@ func TestConformance(t *testing.T) {
 	}
 	storetest.Run(t, harness)
 	storetest.RunMulti(t, harness)
+	storetest.RunConditions(t, harness)
 }
 
 func ctxT(t *testing.T) context.Context {

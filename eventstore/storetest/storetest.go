@@ -149,7 +149,7 @@ func testAppendAndReadStream(t *testing.T, h Harness) {
 		if !jsonEqual(r.Data, want.Data) {
 			t.Fatalf("event %d data %s, want %s", i, r.Data, want.Data)
 		}
-		if r.Metadata != want.Metadata {
+		if !reflect.DeepEqual(r.Metadata, want.Metadata) {
 			t.Fatalf("event %d metadata %+v, want %+v", i, r.Metadata, want.Metadata)
 		}
 		if r.RecordedAt.Before(before) || r.RecordedAt.After(time.Now().Add(time.Minute)) {

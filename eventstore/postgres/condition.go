@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/strata-es/strata/db"
+	"github.com/strata-es/strata/domain/event"
+	"github.com/strata-es/strata/eventstore"
+)
+
+// Tags and append conditions on PostgreSQL (eventstore.TagReader).
+//
+// Tags live in the event's metadata (metadata->'tags', indexed by
+// migration 024), so every path that copies events carries them. What
+// makes a condition exact is a lock per tag, in the lock set every append
+// takes first (groupLockSQL, ascending lock ids, before the transaction
+// has an xid):
+//
+//   - an append of events carrying tag t, or conditioned on a query naming
+//     t, holds t's lock exclusively until it commits, and gets its xid
+//     (the Major of its positions) only once it holds it;
+//   - ReadTagged holds the query's tags' locks shared while it reads, so
+//     no matching append is in flight then, and reads with a snapshot
+//     taken after the locks were granted: it sees every matching event
+//     committed, and every matching append after it gets an xid at or
+//     above the snapshot's xmax. The position it returns, (xmax-1, max),
+//     is therefore after everything it saw and before everything it did
+//     not;
+//   - a conditional append, under its locks, fails when a matching event
+//     of its tenant sits after that position: a scan of the tenant's log
+//     from there (events_tenant_log), which holds only what the tenant
+//     appended since the read.
+
+var _ eventstore.TagReader = (*Store)(nil)
+
+// errCondition marks a member whose append condition failed.
+var errCondition = errors.New("append condition failed")
+
+// tagLock is the lock name of a tenant's tag; stream locks are
+// tenant + "/" + stream, and a tenant ID holds neither '/' nor '#'.
+func tagLock(tenant, tag string) string { return tenant + "#" + tag }
+
+// conditionJSON encodes a condition as the statements read it: the
+// position as two decimal strings and the query's items.
+func conditionJSON(c *eventstore.AppendCondition) ([]byte, error) {
+	if c == nil {
+		return nil, nil
+	}
+	if err := c.Query.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: condition: %w", ErrInvalidAppend, err)
+	}
+	if c.After.Minor > math.MaxInt64 {
+		return nil, fmt.Errorf("%w: condition position %s", ErrInvalidAppend, c.After)
+	}
+	return json.Marshal(struct {
+		Tx    string      `json:"tx"`
+		Pos   string      `json:"pos"`
+		Items event.Query `json:"items"`
+	}{strconv.FormatUint(c.After.Major, 10), strconv.FormatUint(c.After.Minor, 10), c.Query})
+}
+
+// matchingSQL is the predicate "event e matches one of the items of the
+// query $q" ($q: jsonb array of {types, tags}).
+const matchingSQL = `e.metadata ? 'tags' AND EXISTS (
+    SELECT 1 FROM jsonb_array_elements(%[1]s) AS it(item)
+    WHERE e.metadata->'tags' @> (it.item->'tags')
+      AND (NOT it.item ? 'types' OR e.event_type IN (SELECT jsonb_array_elements_text(it.item->'types'))))`
+
+// conditionFailsSQL is true when an event of tenant $1 matching the
+// condition %[1]s sits after the condition's position.
+var conditionFailsSQL = `EXISTS (
+    SELECT 1 FROM events e
+    WHERE e.tenant_id = $1
+      AND (e.tx_id, e.position) > ((%[1]s->>'tx')::xid8, (%[1]s->>'pos')::bigint)
+      AND ` + fmt.Sprintf(matchingSQL, "%[1]s->'items'") + `)`
+
+// readTaggedLockSQL takes the query's tags' locks shared, in the order
+// every append takes locks (groupLockSQL), and the tenant.
+const readTaggedLockSQL = `SELECT pg_advisory_xact_lock_shared(l.id), set_config('` + db.TenantSetting + `', $2, true)
+FROM (SELECT DISTINCT hashtextextended(k, 0) AS id FROM unnest($1::text[]) AS k ORDER BY 1) AS l`
+
+var readTaggedSQL = `SELECT ` + selectColumns + ` FROM events e
+WHERE e.tenant_id = $1 AND ` + fmt.Sprintf(matchingSQL, "$2::jsonb") + `
+ORDER BY e.tx_id, e.position`
+
+// ReadTagged implements eventstore.TagReader.
+func (s *Store) ReadTagged(ctx context.Context, tenant string, q event.Query) ([]event.Record, event.Position, error) {
+	if tenant == "" {
+		return nil, event.Position{}, eventstore.ErrNoTenant
+	}
+	if err := q.Validate(); err != nil {
+		return nil, event.Position{}, fmt.Errorf("%w: %w", ErrInvalidAppend, err)
+	}
+	items, err := json.Marshal(q)
+	if err != nil {
+		return nil, event.Position{}, err
+	}
+	tags := q.Tags()
+	locks := make([]string, len(tags))
+	for i, t := range tags {
+		locks[i] = tagLock(tenant, t)
+	}
+	var recs []event.Record
+	var horizon string
+	err = pgx.BeginTxFunc(ctx, s.app, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// Three statements, three snapshots (READ COMMITTED): the read's
+		// is taken once the locks are held, and the horizon's after it.
+		if _, err := tx.Exec(ctx, readTaggedLockSQL, locks, tenant); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, readTaggedSQL, tenant, items)
+		if err != nil {
+			return err
+		}
+		if recs, err = scanRecords(rows, 0); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&horizon)
+	})
+	if err != nil {
+		return nil, event.Position{}, translate("read tagged events", err)
+	}
+	xmax, err := strconv.ParseUint(horizon, 10, 64)
+	if err != nil || xmax == 0 {
+		return nil, event.Position{}, fmt.Errorf("read tagged events: snapshot xmax %q", horizon)
+	}
+	return recs, event.Position{Major: xmax - 1, Minor: math.MaxInt64}, nil
+}
+
+// appendGuarded appends a request that takes tag locks, alone: a group of
+// one, whose statements take a set of locks and check conditions.
+func (s *Store) appendGuarded(ctx context.Context, req eventstore.AppendRequest, enc encoded) (eventstore.AppendResult, error) {
+	p := &pending{ctx: ctx, req: req, enc: enc}
+	outcome, err := s.appendGroup(ctx, []*pending{p}, nil)
+	if outcome == groupCommitted {
+		return p.res, p.err
+	}
+	return eventstore.AppendResult{}, translate(p.op(), err)
+}
