@@ -72,6 +72,24 @@ type Command[A any] interface {
 	Decide(state A, now time.Time) ([]event.Payload, error)
 }
 
+// Guarded is implemented by commands whose decision depends on events
+// beyond their aggregate (issue 31, dynamic consistency boundaries): "an
+// e-mail address belongs to one customer". The handler reads the tenant's
+// events matching Guard (by their tags, event.Codec.Tags), asks Admit,
+// decides, and appends on the condition that no event matching Guard was
+// appended since the read; when one was, it reads and decides again, as
+// after a version conflict. No saga, no unique index on a read model.
+// The store must keep tags (eventstore.TagReader: PostgreSQL).
+type Guarded interface {
+	// Guard is the query of the events the decision depends on.
+	Guard() event.Query
+	// Admit decides, from the events matching Guard in log order (their
+	// personal fields opened, or their tombstones once forgotten), whether
+	// the command may go on: nil, or a rule error (wrapping
+	// domain.ErrRejected) that answers the command.
+	Admit(matched []event.Payload) error
+}
+
 // StreamStarter is implemented by commands that create their aggregate
 // (CreateOrder). On a first attempt without If-Match or an idempotency key
 // the handler may then assume the stream is new and let the append's

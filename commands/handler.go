@@ -201,7 +201,7 @@ func (h *Handler[A]) handle(ctx context.Context, cmd Command[A], opts Options) (
 			// A concurrent duplicate committed first; ours rolled back.
 			res, _, err := h.replay(ctx, tenant, idem)
 			return res, err
-		case errors.Is(err, eventstore.ErrVersionConflict) && opts.ExpectedVersion == nil && attempt < h.cfg.MaxAttempts:
+		case errors.Is(err, eventstore.ErrVersionConflict) && (opts.ExpectedVersion == nil || errors.Is(err, eventstore.ErrConditionFailed)) && attempt < h.cfg.MaxAttempts:
 			// Someone else moved the aggregate between our load and append.
 			// That someone may be a concurrent duplicate of this very
 			// request: its outcome, once recorded, is ours.
@@ -293,6 +293,10 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != version {
 		return Result{}, fmt.Errorf("%s is at version %d, not %d: %w", h.agg.Kind, version, *opts.ExpectedVersion, ErrVersionConflict)
 	}
+	cond, err := h.admit(ctx, tenant, cmd)
+	if err != nil {
+		return Result{}, err
+	}
 	decided, err := cmd.Decide(state, h.cfg.Now())
 	if err != nil {
 		return Result{}, err
@@ -329,19 +333,24 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 		if appended != nil {
 			appended[i] = packedEvent{typ: typ, sv: sv, data: data}
 		}
+		tagged := meta
+		if tagged.Tags, err = h.cfg.Registry.Tags(p); err != nil {
+			return Result{}, err
+		}
 		events[i] = eventstore.NewEvent{
 			ID:            uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%d", commandID, i)).String(),
 			Type:          typ,
 			SchemaVersion: sv,
 			Data:          data,
-			Metadata:      meta,
+			Metadata:      tagged,
 		}
 	}
 	req := eventstore.AppendRequest{
-		Tenant:   string(tenant),
-		Stream:   stream,
-		Expected: eventstore.Exact(version),
-		Events:   events,
+		Tenant:    string(tenant),
+		Stream:    stream,
+		Expected:  eventstore.Exact(version),
+		Events:    events,
+		Condition: cond,
 	}
 	id := cmd.Target()
 	if idem := opts.Idempotency; idem != nil {
@@ -362,6 +371,35 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 		h.cache.put(key, packed.with(appended))
 	}
 	return Result{ID: id, Version: ar.LastVersion, Position: ar.Position}, nil
+}
+
+// admit runs a Guarded command's check (aggregate.go): the events
+// matching its guard, read with the position the append is conditioned
+// on. Other commands have no condition.
+func (h *Handler[A]) admit(ctx context.Context, tenant domain.TenantID, cmd Command[A]) (*eventstore.AppendCondition, error) {
+	g, ok := any(cmd).(Guarded)
+	if !ok {
+		return nil, nil
+	}
+	tags, ok := h.store.(eventstore.TagReader)
+	if !ok {
+		return nil, fmt.Errorf("%s is a guarded command, and this event store keeps no tags (use PostgreSQL)", cmd.Name())
+	}
+	q := g.Guard()
+	recs, at, err := tags.ReadTagged(ctx, string(tenant), q)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
+	}
+	matched := make([]event.Payload, len(recs))
+	for i, rec := range recs {
+		if matched[i], err = h.cfg.Registry.DecodeRecord(rec); err != nil {
+			return nil, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
+		}
+	}
+	if err := g.Admit(matched); err != nil {
+		return nil, err
+	}
+	return &eventstore.AppendCondition{Query: q, After: at}, nil
 }
 
 // streamKey finds the key of the stream's data subject for an event whose

@@ -6,6 +6,7 @@
 package examples
 
 import (
+	"github.com/strata-es/strata/examples/customers"
 	"github.com/strata-es/strata/examples/fulfilment"
 	"github.com/strata-es/strata/examples/inventory"
 	"github.com/strata-es/strata/examples/orders"
@@ -14,5 +15,5 @@ import (
 
 // All returns the example modules, in a stable order.
 func All() module.Set {
-	return module.Set{orders.Module(), inventory.Module(), fulfilment.Module()}
+	return module.Set{orders.Module(), inventory.Module(), fulfilment.Module(), customers.Module()}
 }

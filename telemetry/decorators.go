@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -139,4 +140,55 @@ func (s *store) ReadStream(ctx context.Context, tenant, stream string, after int
 	}
 	span.SetAttributes(attribute.Int("strata.events", len(recs)))
 	return recs, err
+}
+
+// ReadTagged implements eventstore.TagReader for a store that keeps tags
+// (and refuses otherwise), so that guarded commands reach it through the
+// decorator.
+func (s *store) ReadTagged(ctx context.Context, tenant string, q event.Query) ([]event.Record, event.Position, error) {
+	tags, ok := s.next.(eventstore.TagReader)
+	if !ok {
+		return nil, event.Position{}, fmt.Errorf("%T keeps no event tags", s.next)
+	}
+	ctx, span := Tracer().Start(ctx, "eventstore.read_tagged", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("strata.tenant", tenant),
+		attribute.Int("strata.query_items", len(q)),
+	))
+	defer span.End()
+	recs, at, err := tags.ReadTagged(ctx, tenant, q)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "read failed")
+	}
+	span.SetAttributes(attribute.Int("strata.events", len(recs)), attribute.String("strata.position", at.String()))
+	return recs, at, err
+}
+
+// AppendMulti implements eventstore.MultiAppender for a store that does
+// (and refuses otherwise).
+func (s *store) AppendMulti(ctx context.Context, req eventstore.MultiAppendRequest) (eventstore.MultiAppendResult, error) {
+	m, ok := s.next.(eventstore.MultiAppender)
+	if !ok {
+		return eventstore.MultiAppendResult{}, fmt.Errorf("%T has no multi-stream appends", s.next)
+	}
+	ctx, span := Tracer().Start(ctx, "eventstore.append_multi", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("strata.tenant", req.Tenant),
+		attribute.Int("strata.streams", len(req.Streams)),
+	))
+	defer span.End()
+	res, err := m.AppendMulti(ctx, req)
+	if err != nil {
+		if !errors.Is(err, eventstore.ErrVersionConflict) && !errors.Is(err, eventstore.ErrIdempotencyKeyExists) {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "append failed")
+		}
+		return res, err
+	}
+	n := 0
+	for _, sa := range req.Streams {
+		n += len(sa.Events)
+	}
+	s.m.EventsAppended.Add(float64(n))
+	s.m.tenants.Load().appended(domain.TenantID(req.Tenant), n)
+	return res, nil
 }

@@ -107,23 +107,19 @@ func (s *Store) ReadTagged(ctx context.Context, tenant string, q event.Query) ([
 	for i, t := range tags {
 		locks[i] = tagLock(tenant, t)
 	}
-	var recs []event.Record
-	var horizon string
-	err = pgx.BeginTxFunc(ctx, s.app, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// Three statements, three snapshots (READ COMMITTED): the read's
-		// is taken once the locks are held, and the horizon's after it.
-		if _, err := tx.Exec(ctx, readTaggedLockSQL, locks, tenant); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, readTaggedSQL, tenant, items)
-		if err != nil {
-			return err
-		}
-		if recs, err = scanRecords(rows, 0); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&horizon)
-	})
+	// One pipelined batch, one implicit transaction (the locks last until
+	// its end), three statements and so three snapshots under READ
+	// COMMITTED: the read's is taken once the locks are held, the
+	// horizon's after it.
+	b := &pgx.Batch{}
+	b.Queue(readTaggedLockSQL, locks, tenant)
+	b.Queue(readTaggedSQL, tenant, items)
+	b.Queue(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text`)
+	br := s.app.SendBatch(ctx, b)
+	recs, horizon, err := readTaggedResults(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, event.Position{}, translate("read tagged events", err)
 	}
@@ -132,6 +128,21 @@ func (s *Store) ReadTagged(ctx context.Context, tenant string, q event.Query) ([
 		return nil, event.Position{}, fmt.Errorf("read tagged events: snapshot xmax %q", horizon)
 	}
 	return recs, event.Position{Major: xmax - 1, Minor: math.MaxInt64}, nil
+}
+
+func readTaggedResults(br pgx.BatchResults) (recs []event.Record, horizon string, err error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, "", err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, "", err
+	}
+	if recs, err = scanRecords(rows, 0); err != nil {
+		return nil, "", err
+	}
+	err = br.QueryRow().Scan(&horizon)
+	return recs, horizon, err
 }
 
 // appendGuarded appends a request that takes tag locks, alone: a group of
