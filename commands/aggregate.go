@@ -33,6 +33,8 @@ type Aggregate[A any] struct {
 	// does not exist (it must wrap domain.ErrNotFound, so that it answers
 	// 404 rather than 409).
 	NotFound error
+	// Snapshots, optional, keeps the state beside the stream (snapshots.go).
+	Snapshots *Snapshots[A]
 }
 
 var kindPattern = regexp.MustCompile(`^[a-z][a-z ]{0,62}$`)
@@ -54,6 +56,9 @@ func (a Aggregate[A]) Validate() error {
 	}
 	if a.NotFound == nil {
 		errs = append(errs, errors.New("aggregate: NotFound is required"))
+	}
+	if err := a.Snapshots.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

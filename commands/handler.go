@@ -81,6 +81,9 @@ type Handler[A any] struct {
 	idem  eventstore.IdempotencyStore
 	cfg   Config
 	cache *historyCache
+	// snaps is the store's snapshots when the aggregate keeps them
+	// (snapshots.go); the history cache is then off.
+	snaps eventstore.SnapshotStore
 }
 
 var _ Executor[int] = (*Handler[int])(nil)
@@ -93,7 +96,13 @@ func NewHandler[A any](agg Aggregate[A], store eventstore.Store, idem eventstore
 	if err := errors.Join(agg.Validate(), cfg.Validate()); err != nil {
 		return nil, err
 	}
-	return &Handler[A]{agg: agg, store: store, idem: idem, cfg: cfg, cache: newHistoryCache(cfg.CacheBytes)}, nil
+	h := &Handler[A]{agg: agg, store: store, idem: idem, cfg: cfg}
+	if snaps, ok := store.(eventstore.SnapshotStore); ok && agg.Snapshots != nil {
+		h.snaps = snaps
+	} else {
+		h.cache = newHistoryCache(cfg.CacheBytes)
+	}
+	return h, nil
 }
 
 // Idempotency carries an Idempotency-Key and how to render the outcome
@@ -267,13 +276,25 @@ func (h *Handler[A]) load(ctx context.Context, key cacheKey, cmd Command[A], opt
 
 func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream string, cmd Command[A], opts Options, meta event.Metadata, commandID string, first bool) (Result, error) {
 	key := cacheKey{string(tenant), stream}
-	history, payloads, packed, err := h.load(ctx, key, cmd, opts, first)
-	if err != nil {
-		return Result{}, err
-	}
-	state, err := h.agg.Load(payloads)
-	if err != nil {
-		return Result{}, fmt.Errorf("load %s: %w", stream, err)
+	var (
+		history []event.Record
+		packed  packedHistory
+		state   A
+		snap    snapshotAt // the snapshot the state was resumed from, if any
+		err     error
+	)
+	if h.snaps != nil {
+		if state, history, snap, err = h.loadSnapshotted(ctx, tenant, stream); err != nil {
+			return Result{}, err
+		}
+	} else {
+		var payloads []event.Payload
+		if history, payloads, packed, err = h.load(ctx, key, cmd, opts, first); err != nil {
+			return Result{}, err
+		}
+		if state, err = h.agg.Load(payloads); err != nil {
+			return Result{}, fmt.Errorf("load %s: %w", stream, err)
+		}
 	}
 	version := h.agg.Version(state)
 	if idem := opts.Idempotency; idem != nil {
@@ -309,7 +330,11 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 		if history == nil && first {
 			return h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID, false)
 		}
-		return h.unchanged(ctx, tenant, cmd.Target(), version, history, opts.Idempotency)
+		last := snap.position
+		if n := len(history); n > 0 {
+			last = history[n-1].Position
+		}
+		return h.unchanged(ctx, tenant, cmd.Target(), version, last, opts.Idempotency)
 	}
 	events := make([]eventstore.NewEvent, len(decided))
 	var appended []packedEvent
@@ -317,6 +342,11 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 		appended = make([]packedEvent, len(decided))
 	}
 	sealedKey := h.streamKey(ctx, tenant, history, packed, events)
+	if snap.keyID != "" {
+		// The snapshot was sealed with the stream's subject's key, which
+		// events before it named.
+		sealedKey = func() (string, error) { return snap.keyID, nil }
+	}
 	for i, p := range decided {
 		typ, sv, data, err := h.cfg.Registry.Encode(p)
 		if err != nil {
@@ -370,6 +400,7 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 	if h.cache != nil {
 		h.cache.put(key, packed.with(appended))
 	}
+	h.snapshotAfter(ctx, tenant, stream, state, decided, ar, snap, sealedKey)
 	return Result{ID: id, Version: ar.LastVersion, Position: ar.Position}, nil
 }
 
@@ -437,11 +468,8 @@ func (h *Handler[A]) streamKey(ctx context.Context, tenant domain.TenantID, hist
 // version and the position of its last event (a consistency token that
 // reads the state the decision saw), recorded under the idempotency key
 // when there is one.
-func (h *Handler[A]) unchanged(ctx context.Context, tenant domain.TenantID, id string, version int64, history []event.Record, idem *Idempotency) (Result, error) {
-	res := Result{ID: id, Version: version}
-	if n := len(history); n > 0 {
-		res.Position = history[n-1].Position
-	}
+func (h *Handler[A]) unchanged(ctx context.Context, tenant domain.TenantID, id string, version int64, last event.Position, idem *Idempotency) (Result, error) {
+	res := Result{ID: id, Version: version, Position: last}
 	if idem == nil {
 		return res, nil
 	}

@@ -192,3 +192,36 @@ func (s *store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 	s.m.tenants.Load().appended(domain.TenantID(req.Tenant), n)
 	return res, nil
 }
+
+// ReadSnapshotted implements eventstore.SnapshotStore. Over a store that
+// keeps no snapshots it reads the whole stream: such a store is one that
+// lost them all, which the port allows.
+func (s *store) ReadSnapshotted(ctx context.Context, tenant, stream, schema string) (eventstore.Snapshot, bool, []event.Record, error) {
+	snaps, ok := s.next.(eventstore.SnapshotStore)
+	if !ok {
+		recs, err := s.ReadStream(ctx, tenant, stream, 0)
+		return eventstore.Snapshot{}, false, recs, err
+	}
+	ctx, span := Tracer().Start(ctx, "eventstore.read_snapshotted", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("strata.tenant", tenant),
+		attribute.String("strata.stream", stream),
+	))
+	defer span.End()
+	snap, found, tail, err := snaps.ReadSnapshotted(ctx, tenant, stream, schema)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "read failed")
+	}
+	span.SetAttributes(attribute.Bool("strata.snapshot", found), attribute.Int64("strata.snapshot_version", snap.Version), attribute.Int("strata.events", len(tail)))
+	return snap, found, tail, err
+}
+
+// SaveSnapshot implements eventstore.SnapshotStore (nothing, over a store
+// that keeps no snapshots).
+func (s *store) SaveSnapshot(ctx context.Context, tenant, stream string, snap eventstore.Snapshot) error {
+	snaps, ok := s.next.(eventstore.SnapshotStore)
+	if !ok {
+		return nil
+	}
+	return snaps.SaveSnapshot(ctx, tenant, stream, snap)
+}

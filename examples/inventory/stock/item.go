@@ -51,10 +51,17 @@ func (it *Item) Available() int64 { return it.OnHand - it.Reserved }
 
 // Load rebuilds an item from its history.
 func Load(history []event.Payload) (*Item, error) {
-	it := &Item{Reservations: map[string]Reservation{}}
-	for i, p := range history {
+	return Resume(&Item{}, history)
+}
+
+// Resume applies the events after a state (a snapshot's) to it.
+func Resume(it *Item, tail []event.Payload) (*Item, error) {
+	if it.Reservations == nil {
+		it.Reservations = map[string]Reservation{}
+	}
+	for i, p := range tail {
 		if err := it.Apply(p); err != nil {
-			return nil, fmt.Errorf("inventory: event %d: %w", i+1, err)
+			return nil, fmt.Errorf("inventory: event %d: %w", it.Version+int64(i)+1, err)
 		}
 	}
 	return it, nil

@@ -1,6 +1,7 @@
 package stockcmd
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/strata-es/strata/commands"
@@ -15,6 +16,18 @@ var Aggregate = commands.Aggregate[*stock.Item]{
 	Load:     stock.Load,
 	Version:  func(it *stock.Item) int64 { return it.Version },
 	NotFound: stock.ErrItemNotFound,
+	// A SKU's stream grows with every movement, for ever: its state is
+	// snapshotted every 100 events, so a command reads at most that many.
+	Snapshots: &commands.Snapshots[*stock.Item]{
+		Version: 1,
+		Every:   100,
+		Encode:  func(it *stock.Item) ([]byte, error) { return json.Marshal(it) },
+		Decode: func(b []byte) (*stock.Item, error) {
+			it := &stock.Item{}
+			return it, json.Unmarshal(b, it)
+		},
+		Resume: stock.Resume,
+	},
 }
 
 // Command is a command on an inventory item.

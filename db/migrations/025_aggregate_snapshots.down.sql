@@ -1,0 +1,1 @@
+DROP TABLE aggregate_snapshots;
