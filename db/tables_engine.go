@@ -23,6 +23,7 @@ func engineTables() []Table {
 		TenantTable("projection_ledger_marks"),
 		TenantTable("subject_keys"),
 		TenantTable("subject_erasures"),
+		TenantTable("event_tags"),
 		TenantTable("aggregate_snapshots"),
 
 		// Tenant-referencing, in the order an erasure deals with them (an

@@ -1,1 +1,3 @@
-DROP INDEX events_tags;
+DROP TRIGGER events_tags ON events;
+DROP FUNCTION event_tags_insert();
+DROP TABLE event_tags;

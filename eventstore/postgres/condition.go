@@ -17,9 +17,10 @@ import (
 
 // Tags and append conditions on PostgreSQL (eventstore.TagReader).
 //
-// Tags live in the event's metadata (metadata->'tags', indexed by
-// migration 024), so every path that copies events carries them. What
-// makes a condition exact is a lock per tag, in the lock set every append
+// Tags live in the event's metadata (metadata->'tags'), so every path
+// that copies events carries them; migration 024's trigger keeps a row per
+// tag in event_tags beside them, which tagged reads find. What makes a
+// condition exact is a lock per tag, in the lock set every append
 // takes first (groupLockSQL, ascending lock ids, before the transaction
 // has an xid):
 //
@@ -74,20 +75,34 @@ const matchingSQL = `e.metadata ? 'tags' AND EXISTS (
       AND (NOT it.item ? 'types' OR e.event_type IN (SELECT jsonb_array_elements_text(it.item->'types'))))`
 
 // conditionFailsSQL is true when an event of tenant $1 matching the
-// condition %[1]s sits after the condition's position.
+// condition %[1]s sits after the condition's position, %[2]s and %[3]s:
+// plain columns of a materialized row, never expressions of the
+// condition. Under row-level security only leakproof operators are index
+// conditions; the comparison of columns is one, on events_tenant_log, so
+// the check reads what the tenant appended since the position and no more
+// (with ->> and casts in it, it scanned the tenant's whole log).
 var conditionFailsSQL = `EXISTS (
     SELECT 1 FROM events e
     WHERE e.tenant_id = $1
-      AND (e.tx_id, e.position) > ((%[1]s->>'tx')::xid8, (%[1]s->>'pos')::bigint)
+      AND (e.tx_id, e.position) > (%[2]s, %[3]s)
       AND ` + fmt.Sprintf(matchingSQL, "%[1]s->'items'") + `)`
+
+// conditionAfterSQL are the condition %[1]s's position as the columns
+// conditionFailsSQL compares with.
+const conditionAfterSQL = `(%[1]s->>'tx')::xid8 AS after_tx, (%[1]s->>'pos')::bigint AS after_pos`
 
 // readTaggedLockSQL takes the query's tags' locks shared, in the order
 // every append takes locks (groupLockSQL), and the tenant.
 const readTaggedLockSQL = `SELECT pg_advisory_xact_lock_shared(l.id), set_config('` + db.TenantSetting + `', $2, true)
 FROM (SELECT DISTINCT hashtextextended(k, 0) AS id FROM unnest($1::text[]) AS k ORDER BY 1) AS l`
 
+// readTaggedSQL finds the events carrying the query's tags ($3) through
+// event_tags (migration 024: text equality, usable under row-level
+// security), then keeps those matching an item ($2).
 var readTaggedSQL = `SELECT ` + selectColumns + ` FROM events e
-WHERE e.tenant_id = $1 AND ` + fmt.Sprintf(matchingSQL, "$2::jsonb") + `
+WHERE e.tenant_id = $1
+  AND (e.tx_id, e.position) IN (SELECT t.tx_id, t.position FROM event_tags t WHERE t.tenant_id = $1 AND t.tag = ANY($3::text[]))
+  AND ` + fmt.Sprintf(matchingSQL, "$2::jsonb") + `
 ORDER BY e.tx_id, e.position`
 
 // ReadTagged implements eventstore.TagReader.
@@ -113,7 +128,7 @@ func (s *Store) ReadTagged(ctx context.Context, tenant string, q event.Query) ([
 	// horizon's after it.
 	b := &pgx.Batch{}
 	b.Queue(readTaggedLockSQL, locks, tenant)
-	b.Queue(readTaggedSQL, tenant, items)
+	b.Queue(readTaggedSQL, tenant, items, tags)
 	b.Queue(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text`)
 	br := s.app.SendBatch(ctx, b)
 	recs, horizon, err := readTaggedResults(br)

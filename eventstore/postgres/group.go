@@ -375,7 +375,7 @@ RETURNING stream_id, version, tx_id::text AS tx_text, position`
 // or 'condition'; the inserted events' rows have failed = ”).
 var groupCondAppendSQL = `
 WITH req AS MATERIALIZED (
-    SELECT r.stream, r.expected, r.ord, r.cond,
+    SELECT r.stream, r.expected, r.ord, r.cond, ` + fmt.Sprintf(conditionAfterSQL, "r.cond") + `,
         (SELECT coalesce(max(e.version), 0) FROM events e WHERE e.tenant_id = $1 AND e.stream_id = r.stream) AS cur
     FROM unnest($2::text[], $3::bigint[], $11::jsonb[]) WITH ORDINALITY AS r(stream, expected, cond, ord)
 ), judged AS MATERIALIZED (
@@ -386,7 +386,7 @@ WITH req AS MATERIALIZED (
             WHEN -3 THEN cur > 0
             ELSE cur = expected
         END AS version_ok,
-        cond IS NULL OR NOT ` + fmt.Sprintf(conditionFailsSQL, "cond") + ` AS cond_ok
+        cond IS NULL OR NOT ` + fmt.Sprintf(conditionFailsSQL, "cond", "after_tx", "after_pos") + ` AS cond_ok
     FROM req
 ), ins AS (
     INSERT INTO events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
