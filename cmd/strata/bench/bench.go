@@ -152,6 +152,7 @@ var workloads = []workload{
 	{"tenant", benchTenantWork},
 	{"partitions", benchPartitions},
 	{"personal", benchPersonal},
+	{"conditional", benchConditional},
 	{"longstream", benchLongStream},
 }
 
