@@ -59,7 +59,7 @@ func (midFlight) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQuery
 func (midFlight) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // linStore returns a store whose app pool carries the midFlight tracer.
-func linStore(t *testing.T) *Store {
+func linStore(t *testing.T, opts ...Option) *Store {
 	t.Helper()
 	d := testdb.New(t)
 	app, err := db.OpenPool(context.Background(), d.AdminURL, db.PoolConfig{Role: db.RoleApp, MaxConns: 16, Tracer: midFlight{}})
@@ -67,7 +67,7 @@ func linStore(t *testing.T) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(app.Close)
-	return New(app, d.Projector)
+	return New(app, d.Projector, opts...)
 }
 
 type streamWorkload struct {

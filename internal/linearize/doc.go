@@ -11,6 +11,11 @@
 //     key) with a request hash answers the first execution's outcome for
 //     the same hash, forever, and "reused" for another hash. Partitioned
 //     per (tenant, key).
+//   - ConditionModel: a tenant's tagged events under tagged reads and
+//     appends conditioned on them (condition.go). read(query) answers the
+//     matching events; a conditional append succeeds iff the events its
+//     query matches are still those its read saw. Partitioned per tenant
+//     and connected group of tags.
 //
 // Indeterminate operations (a timeout, a cancelled context, a dropped
 // connection: the effect may or may not have happened) are recorded the

@@ -30,6 +30,10 @@ const (
 	// not judge (a business rule said no after the command read the
 	// stream). Legal in any state; changes nothing.
 	Rejected
+	// ConditionFailed: the store answered ErrConditionFailed (an append
+	// condition failed, not an expected version); nothing appended. Only
+	// ConditionModel judges it (condition.go).
+	ConditionFailed
 )
 
 func (o Outcome) String() string {
@@ -40,6 +44,8 @@ func (o Outcome) String() string {
 		return "conflict"
 	case Rejected:
 		return "rejected"
+	case ConditionFailed:
+		return "condition failed"
 	}
 	return "indeterminate"
 }
