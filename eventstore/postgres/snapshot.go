@@ -24,10 +24,18 @@ WHERE tenant_id = $1 AND stream_id = $2 AND schema = $3`
 // or the whole stream without one. It names the version itself, in the
 // transaction's one snapshot (REPEATABLE READ), so that it starts where
 // readSnapshotSQL's row ends even when a newer snapshot is saved meanwhile.
-var readAfterSnapshotSQL = `SELECT ` + selectColumns + ` FROM events
-WHERE tenant_id = $1 AND stream_id = $2 AND version > coalesce(
-    (SELECT stream_version FROM aggregate_snapshots WHERE tenant_id = $1 AND stream_id = $2 AND schema = $3), 0)
-ORDER BY version`
+// The version is an outer reference of a lateral read, not a subquery in
+// the comparison: under row-level security a qual holding a subquery is
+// not an index condition, and the stream was read whole and filtered (a
+// join with the version as a column was planned the same way).
+var readAfterSnapshotSQL = `WITH s AS MATERIALIZED (
+    SELECT coalesce(max(stream_version), 0) AS v FROM aggregate_snapshots WHERE tenant_id = $1 AND stream_id = $2 AND schema = $3
+)
+SELECT e.* FROM s, LATERAL (
+    SELECT ` + selectColumns + ` FROM events
+    WHERE tenant_id = $1 AND stream_id = $2 AND version > s.v
+    ORDER BY version
+) AS e`
 
 // ReadSnapshotted implements eventstore.SnapshotStore: the snapshot and
 // the events after it in one round trip, one REPEATABLE READ transaction
