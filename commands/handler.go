@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -76,10 +75,9 @@ func (c Config) Validate() error {
 // version as the expected one, retry conflicts, and record idempotency
 // outcomes atomically with the append.
 type Handler[A any] struct {
+	runner
 	agg   Aggregate[A]
 	store eventstore.Store
-	idem  eventstore.IdempotencyStore
-	cfg   Config
 	cache *historyCache
 	// snaps is the store's snapshots when the aggregate keeps them
 	// (snapshots.go); the history cache is then off.
@@ -96,7 +94,7 @@ func NewHandler[A any](agg Aggregate[A], store eventstore.Store, idem eventstore
 	if err := errors.Join(agg.Validate(), cfg.Validate()); err != nil {
 		return nil, err
 	}
-	h := &Handler[A]{agg: agg, store: store, idem: idem, cfg: cfg}
+	h := &Handler[A]{runner: runner{idem: idem, cfg: cfg}, agg: agg, store: store}
 	if snaps, ok := store.(eventstore.SnapshotStore); ok && agg.Snapshots != nil {
 		h.snaps = snaps
 	} else {
@@ -170,70 +168,14 @@ func (h *Handler[A]) Handle(ctx context.Context, cmd Command[A], opts Options) (
 }
 
 func (h *Handler[A]) handle(ctx context.Context, cmd Command[A], opts Options) (Result, error) {
-	tenant, ok := domain.TenantFromContext(ctx)
-	if !ok {
-		return Result{}, eventstore.ErrNoTenant
+	x, res, done, err := h.start(ctx, opts)
+	if done || err != nil {
+		return res, err
 	}
-	idem := opts.Idempotency
-	if idem != nil {
-		if h.idem == nil {
-			return Result{}, errors.New("idempotency keys are not supported by this store")
-		}
-		if res, done, err := h.replay(ctx, tenant, idem); done || err != nil {
-			return res, err
-		}
-	}
-
-	// The command ID, and from it every event ID, is fixed before the first
-	// attempt and derived from the idempotency key when there is one, so a
-	// retried request produces the same event IDs.
-	commandID := uuid.NewString()
-	if idem != nil {
-		commandID = CommandID(string(tenant), idem.Key)
-	}
-	meta := opts.Metadata
-	meta.CommandID = commandID
-	if meta.CausationID == "" {
-		meta.CausationID = commandID
-	}
-	if meta.CorrelationID == "" {
-		meta.CorrelationID = commandID
-	}
-
 	stream := h.agg.Stream(cmd.Target())
-	for attempt := 1; ; attempt++ {
-		res, err := h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID, attempt == 1)
-		switch {
-		case err == nil:
-			return res, nil
-		case errors.Is(err, eventstore.ErrIdempotencyKeyExists):
-			// A concurrent duplicate committed first; ours rolled back.
-			res, _, err := h.replay(ctx, tenant, idem)
-			return res, err
-		case errors.Is(err, eventstore.ErrVersionConflict) && (opts.ExpectedVersion == nil || errors.Is(err, eventstore.ErrConditionFailed)) && attempt < h.cfg.MaxAttempts:
-			// Someone else moved the aggregate between our load and append.
-			// That someone may be a concurrent duplicate of this very
-			// request: its outcome, once recorded, is ours.
-			if idem != nil {
-				if res, done, err := h.replay(ctx, tenant, idem); done || err != nil {
-					return res, err
-				}
-			}
-			// Otherwise decide again on the new state, after a short
-			// jittered pause.
-			pause := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
-			select {
-			case <-ctx.Done():
-				return Result{}, ctx.Err()
-			case <-time.After(pause):
-			}
-			continue
-		case isRejection(err) && idem != nil:
-			return h.recordRejection(ctx, tenant, idem, err)
-		default:
-			return Result{}, err
-		}
-	}
+	return h.execute(ctx, x, opts, func(first bool) (Result, error) {
+		return h.attempt(ctx, x.tenant, stream, cmd, opts, x.meta, x.commandID, first)
+	})
 }
 
 func startsStream(cmd any) bool {
@@ -314,7 +256,7 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != version {
 		return Result{}, fmt.Errorf("%s is at version %d, not %d: %w", h.agg.Kind, version, *opts.ExpectedVersion, ErrVersionConflict)
 	}
-	cond, err := h.admit(ctx, tenant, cmd)
+	cond, err := h.admit(ctx, h.store, tenant, cmd)
 	if err != nil {
 		return Result{}, err
 	}
@@ -404,35 +346,6 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 	return Result{ID: id, Version: ar.LastVersion, Position: ar.Position}, nil
 }
 
-// admit runs a Guarded command's check (aggregate.go): the events
-// matching its guard, read with the position the append is conditioned
-// on. Other commands have no condition.
-func (h *Handler[A]) admit(ctx context.Context, tenant domain.TenantID, cmd Command[A]) (*eventstore.AppendCondition, error) {
-	g, ok := any(cmd).(Guarded)
-	if !ok {
-		return nil, nil
-	}
-	tags, ok := h.store.(eventstore.TagReader)
-	if !ok {
-		return nil, fmt.Errorf("%s is a guarded command, and this event store keeps no tags (use PostgreSQL)", cmd.Name())
-	}
-	q := g.Guard()
-	recs, at, err := tags.ReadTagged(ctx, string(tenant), q)
-	if err != nil {
-		return nil, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
-	}
-	matched := make([]event.Payload, len(recs))
-	for i, rec := range recs {
-		if matched[i], err = h.cfg.Registry.DecodeRecord(rec); err != nil {
-			return nil, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
-		}
-	}
-	if err := g.Admit(matched); err != nil {
-		return nil, err
-	}
-	return &eventstore.AppendCondition{Query: q, After: at}, nil
-}
-
 // streamKey finds the key of the stream's data subject for an event whose
 // personal data is the stream's subject's (event.Registry.StreamKey): from
 // its history (as read, or as cached), then the events the command
@@ -464,71 +377,6 @@ func (h *Handler[A]) streamKey(ctx context.Context, tenant domain.TenantID, hist
 	}
 }
 
-// unchanged answers a command that appended nothing: the aggregate's
-// version and the position of its last event (a consistency token that
-// reads the state the decision saw), recorded under the idempotency key
-// when there is one.
-func (h *Handler[A]) unchanged(ctx context.Context, tenant domain.TenantID, id string, version int64, last event.Position, idem *Idempotency) (Result, error) {
-	res := Result{ID: id, Version: version, Position: last}
-	if idem == nil {
-		return res, nil
-	}
-	body, err := idem.Respond(res, nil)
-	if err != nil {
-		return Result{}, fmt.Errorf("render outcome: %w", err)
-	}
-	switch err := h.idem.SaveIdempotency(ctx, string(tenant), idem.Key, idem.RequestHash, body); {
-	case err == nil:
-		return res, nil
-	case errors.Is(err, eventstore.ErrIdempotencyKeyExists):
-		replayed, _, err := h.replay(ctx, tenant, idem)
-		return replayed, err
-	default:
-		return Result{}, fmt.Errorf("record outcome: %w", err)
-	}
-}
-
-// replay returns the stored outcome under idem's key, if there is one.
-func (h *Handler[A]) replay(ctx context.Context, tenant domain.TenantID, idem *Idempotency) (Result, bool, error) {
-	rec, found, err := h.idem.LookupIdempotency(ctx, string(tenant), idem.Key)
-	if err != nil {
-		return Result{}, false, fmt.Errorf("look up idempotency key: %w", err)
-	}
-	if !found {
-		return Result{}, false, nil
-	}
-	if rec.RequestHash != idem.RequestHash {
-		return Result{}, true, ErrIdempotencyKeyReused
-	}
-	return Result{Replayed: rec.Response}, true, nil
-}
-
-// recordRejection stores a definite rejection under the key, so a retry
-// gets the same answer instead of a second decision on newer state.
-func (h *Handler[A]) recordRejection(ctx context.Context, tenant domain.TenantID, idem *Idempotency, cause error) (Result, error) {
-	body, err := idem.Respond(Result{}, cause)
-	if err != nil {
-		return Result{}, fmt.Errorf("render rejection: %w", err)
-	}
-	err = h.idem.SaveIdempotency(ctx, string(tenant), idem.Key, idem.RequestHash, body)
-	switch {
-	case err == nil:
-		return Result{}, cause
-	case errors.Is(err, eventstore.ErrIdempotencyKeyExists):
-		res, _, err := h.replay(ctx, tenant, idem)
-		return res, err
-	default:
-		return Result{}, fmt.Errorf("record idempotent rejection: %w", err)
-	}
-}
-
-// isRejection reports a definite, state-dependent "no" worth remembering
-// under an idempotency key: rule violations and a missing aggregate. Malformed
-// input is not stored: it never reached a decision.
-func isRejection(err error) bool {
-	return errors.Is(err, domain.ErrRejected) || errors.Is(err, domain.ErrNotFound)
-}
-
 // alreadyApplied finds the events a command with commandID appended in an
 // earlier, unrecorded execution.
 func alreadyApplied(history []event.Record, commandID, id string) (Result, bool) {
@@ -541,19 +389,4 @@ func alreadyApplied(history []event.Record, commandID, id string) (Result, bool)
 		}
 	}
 	return res, found
-}
-
-// recordApplied stores the outcome of an execution found in the stream and
-// returns it as a replay.
-func (h *Handler[A]) recordApplied(ctx context.Context, tenant domain.TenantID, idem *Idempotency, res Result) (Result, error) {
-	body, err := idem.Respond(res, nil)
-	if err != nil {
-		return Result{}, fmt.Errorf("render recovered outcome: %w", err)
-	}
-	err = h.idem.SaveIdempotency(ctx, string(tenant), idem.Key, idem.RequestHash, body)
-	if err != nil && !errors.Is(err, eventstore.ErrIdempotencyKeyExists) {
-		return Result{}, fmt.Errorf("record recovered outcome: %w", err)
-	}
-	replayed, _, err := h.replay(ctx, tenant, idem)
-	return replayed, err
 }
