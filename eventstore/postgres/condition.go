@@ -49,7 +49,7 @@ var errCondition = errors.New("append condition failed")
 func tagLock(tenant, tag string) string { return tenant + "#" + tag }
 
 // conditionJSON encodes a condition as the statements read it: the
-// position as two decimal strings and the query's items.
+// position as two decimal strings, the query's tags and its items.
 func conditionJSON(c *eventstore.AppendCondition) ([]byte, error) {
 	if c == nil {
 		return nil, nil
@@ -63,8 +63,9 @@ func conditionJSON(c *eventstore.AppendCondition) ([]byte, error) {
 	return json.Marshal(struct {
 		Tx    string      `json:"tx"`
 		Pos   string      `json:"pos"`
+		Tags  []string    `json:"tags"`
 		Items event.Query `json:"items"`
-	}{strconv.FormatUint(c.After.Major, 10), strconv.FormatUint(c.After.Minor, 10), c.Query})
+	}{strconv.FormatUint(c.After.Major, 10), strconv.FormatUint(c.After.Minor, 10), c.Query.Tags(), c.Query})
 }
 
 // matchingSQL is the predicate "event e matches one of the items of the
@@ -75,21 +76,26 @@ const matchingSQL = `e.metadata ? 'tags' AND EXISTS (
       AND (NOT it.item ? 'types' OR e.event_type IN (SELECT jsonb_array_elements_text(it.item->'types'))))`
 
 // conditionFailsSQL is true when an event of tenant $1 matching the
-// condition %[1]s sits after the condition's position, %[2]s and %[3]s:
-// plain columns of a materialized row, never expressions of the
-// condition. Under row-level security only leakproof operators are index
-// conditions; the comparison of columns is one, on events_tenant_log, so
-// the check reads what the tenant appended since the position and no more
-// (with ->> and casts in it, it scanned the tenant's whole log).
+// condition %[1]s sits after the condition's position. Its candidates are
+// the rows of event_tags of the condition's tags after the position, an
+// index range that holds only the events that could match, however busy
+// the tenant (scanning the tenant's log after the position read every
+// event appended since, tagged or not, and matched each). %[2]s, %[3]s and
+// %[4]s (conditionAfterSQL) are plain columns of a materialized row, never
+// expressions of the condition: under row-level security only leakproof
+// operators are index conditions, and ->> and the casts are not.
 var conditionFailsSQL = `EXISTS (
     SELECT 1 FROM events e
     WHERE e.tenant_id = $1
-      AND (e.tx_id, e.position) > (%[2]s, %[3]s)
+      AND (e.tx_id, e.position) IN (
+          SELECT t.tx_id, t.position FROM event_tags t
+          WHERE t.tenant_id = $1 AND t.tag = ANY (%[4]s) AND (t.tx_id, t.position) > (%[2]s, %[3]s))
       AND ` + fmt.Sprintf(matchingSQL, "%[1]s->'items'") + `)`
 
-// conditionAfterSQL are the condition %[1]s's position as the columns
-// conditionFailsSQL compares with.
-const conditionAfterSQL = `(%[1]s->>'tx')::xid8 AS after_tx, (%[1]s->>'pos')::bigint AS after_pos`
+// conditionAfterSQL are the condition %[1]s's position and tags as the
+// columns conditionFailsSQL compares with.
+const conditionAfterSQL = `(%[1]s->>'tx')::xid8 AS after_tx, (%[1]s->>'pos')::bigint AS after_pos,
+    ARRAY(SELECT jsonb_array_elements_text(%[1]s->'tags')) AS after_tags`
 
 // readTaggedLockSQL takes the query's tags' locks shared, in the order
 // every append takes locks (groupLockSQL), and the tenant.

@@ -386,7 +386,7 @@ WITH req AS MATERIALIZED (
             WHEN -3 THEN cur > 0
             ELSE cur = expected
         END AS version_ok,
-        cond IS NULL OR NOT ` + fmt.Sprintf(conditionFailsSQL, "cond", "after_tx", "after_pos") + ` AS cond_ok
+        cond IS NULL OR NOT ` + fmt.Sprintf(conditionFailsSQL, "cond", "after_tx", "after_pos", "after_tags") + ` AS cond_ok
     FROM req
 ), ins AS (
     INSERT INTO events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)

@@ -114,7 +114,7 @@ func (s *Store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 // multiConditionSQL is true when the append condition $2 of tenant $1
 // holds; it runs under the locks, before the appends.
 var multiConditionSQL = `WITH p AS MATERIALIZED (SELECT ` + fmt.Sprintf(conditionAfterSQL, "$2::jsonb") + `)
-SELECT NOT ` + fmt.Sprintf(conditionFailsSQL, "$2::jsonb", "p.after_tx", "p.after_pos") + ` FROM p`
+SELECT NOT ` + fmt.Sprintf(conditionFailsSQL, "$2::jsonb", "p.after_tx", "p.after_pos", "p.after_tags") + ` FROM p`
 
 // validateMulti checks a multi-stream append as validate checks each of
 // its streams, and that the streams are distinct, and encodes them.
