@@ -129,6 +129,16 @@ func Holder(email string, matched []event.Payload) string {
 	return holder
 }
 
+// Free returns nil when the address is nobody's or already customer's
+// after the events about it, and ErrEmailTaken otherwise: the rule both
+// commands guard.
+func Free(email, customer string, matched []event.Payload) error {
+	if h := Holder(email, matched); h != "" && h != customer {
+		return ErrEmailTaken
+	}
+	return nil
+}
+
 // Customer is one customer, rebuilt from their events.
 type Customer struct {
 	ID      string

@@ -48,10 +48,7 @@ func (c Register) Guard() event.Query {
 	return customer.EmailGuard(c.Email)
 }
 func (c Register) Admit(matched []event.Payload) error {
-	if h := customer.Holder(c.Email, matched); h != "" && h != c.Customer {
-		return customer.ErrEmailTaken
-	}
-	return nil
+	return customer.Free(c.Email, c.Customer, matched)
 }
 func (c Register) Decide(cu *customer.Customer, now time.Time) ([]event.Payload, error) {
 	return cu.Register(c.Customer, c.FullName, c.Email, now)
@@ -69,10 +66,7 @@ func (c ChangeEmail) Guard() event.Query {
 	return customer.EmailGuard(c.Email)
 }
 func (c ChangeEmail) Admit(matched []event.Payload) error {
-	if h := customer.Holder(c.Email, matched); h != "" && h != c.Customer {
-		return customer.ErrEmailTaken
-	}
-	return nil
+	return customer.Free(c.Email, c.Customer, matched)
 }
 func (c ChangeEmail) Decide(cu *customer.Customer, now time.Time) ([]event.Payload, error) {
 	return cu.ChangeEmail(c.Email, now)
