@@ -114,6 +114,27 @@ func TestInventoryModule(t *testing.T) {
 	}
 	want(call("acme", "GET", "/v1/inventory?cursor=c1.bogus", ""), 400, "invalid_request")
 
+	// A transfer moves units between two items in one command: both
+	// changed, or neither.
+	a = call("acme", "POST", "/v1/inventory/sku-1/transfer", `{"to_sku":"sku-2","transfer_id":"t-1","quantity":3}`)
+	want(a, 200, "")
+	if a.body["sku"] != "sku-1" || a.body["version"] != float64(7) {
+		t.Fatalf("transfer answered %s, want sku-1 at version 7", a.raw)
+	}
+	pos, _ = a.body["position"].(string)
+	if q := call("acme", "GET", "/v1/inventory/sku-2?wait=10s", "", "X-Consistency-Token", pos); !strings.Contains(q.raw, `"on_hand":4`) {
+		t.Fatalf("sku-2 after the transfer: %s", q.raw)
+	}
+	if again := call("acme", "POST", "/v1/inventory/sku-1/transfer", `{"to_sku":"sku-2","transfer_id":"t-1","quantity":3}`); again.status != 200 || again.body["version"] != float64(7) {
+		t.Fatalf("the same transfer again: %s, want nothing changed (version 7)", again.raw)
+	}
+	want(call("acme", "POST", "/v1/inventory/sku-1/transfer", `{"to_sku":"sku-2","transfer_id":"t-2","quantity":50}`), 422, "rule_violation")
+	want(call("acme", "POST", "/v1/inventory/sku-1/transfer", `{"to_sku":"sku-1","transfer_id":"t-3","quantity":1}`), 422, "rule_violation")
+	want(call("acme", "POST", "/v1/inventory/sku-1/transfer", `{"to_sku":"sku-2","transfer_id":"t-4","quantity":1}`, "If-Match", "6"), 409, "version_conflict")
+	if q := call("acme", "GET", "/v1/inventory/sku-2", ""); !strings.Contains(q.raw, `"on_hand":4`) {
+		t.Fatalf("sku-2 after the refused transfers: %s", q.raw)
+	}
+
 	// Another tenant sees nothing, and its SKU of the same name is its own.
 	want(call("beta", "GET", "/v1/inventory/sku-1", ""), 404, "not_found")
 	want(call("beta", "POST", "/v1/inventory/sku-1/reserve", `{"reservation_id":"r-1","quantity":1}`), 422, "rule_violation")

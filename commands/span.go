@@ -115,12 +115,9 @@ func NewSpanner(store eventstore.Store, idem eventstore.IdempotencyStore, cfg Co
 }
 
 // Handle executes cmd for the tenant in ctx, through the middleware. The
-// result's Version is the Target's stream's; opts.ExpectedVersion is not
-// supported (each stream's version is the one Decide loaded).
+// result's Version is the Target's stream's; opts.ExpectedVersion (If-Match)
+// is the Target's version, checked like a Handler's.
 func (x *Spanner) Handle(ctx context.Context, cmd SpanningCommand, opts Options) (Result, error) {
-	if opts.ExpectedVersion != nil {
-		return Result{}, fmt.Errorf("%w: a command over several aggregates takes no If-Match", domain.ErrInvalid)
-	}
 	next := HandleFunc(func(ctx context.Context, _ Named, opts Options) (Result, error) { return x.handle(ctx, cmd, opts) })
 	for i := len(x.cfg.Middleware) - 1; i >= 0; i-- {
 		next = x.cfg.Middleware[i](next)
@@ -146,6 +143,13 @@ func (x *Spanner) attempt(ctx context.Context, ex execution, cmd SpanningCommand
 		return Result{}, err
 	}
 	target := s.streams[x.targetStream(s, cmd)]
+	if exp := opts.ExpectedVersion; exp != nil && (target == nil || target.version != *exp) {
+		var v int64
+		if target != nil {
+			v = target.version
+		}
+		return Result{}, fmt.Errorf("%s is at version %d, not %d: %w", cmd.Target(), v, *exp, ErrVersionConflict)
+	}
 	if len(s.order) == 0 {
 		if target == nil {
 			return Result{}, errors.New(cmd.Name() + ": decided nothing and did not load its target")

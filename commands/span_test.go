@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/domain"
@@ -17,48 +16,6 @@ import (
 	"github.com/strata-es/strata/examples/inventory/stockcmd"
 	"github.com/strata-es/strata/internal/testdb"
 )
-
-// transfer moves units from one SKU's stock to another's: a reservation
-// committed on the first, a receipt on the second, in one command.
-type transfer struct {
-	From, To string
-	ID       string
-	Quantity int64
-}
-
-func (transfer) Name() string     { return "inventory.transfer" }
-func (t transfer) Target() string { return t.From }
-func (t transfer) Decide(s *commands.Span, now time.Time) error {
-	src, err := commands.Load(s, stockcmd.Aggregate, t.From)
-	if err != nil {
-		return err
-	}
-	dst, err := commands.Load(s, stockcmd.Aggregate, t.To)
-	if err != nil {
-		return err
-	}
-	out, err := src.Reserve(t.From, t.ID, t.Quantity, now)
-	if err != nil {
-		return err
-	}
-	for _, p := range out {
-		if err := src.Apply(p); err != nil {
-			return err
-		}
-	}
-	commit, err := src.Commit(t.From, t.ID, now)
-	if err != nil {
-		return err
-	}
-	in, err := dst.Receive(t.To, t.Quantity, now)
-	if err != nil {
-		return err
-	}
-	if err := commands.Emit(s, stockcmd.Aggregate, t.From, append(out, commit...)...); err != nil {
-		return err
-	}
-	return commands.Emit(s, stockcmd.Aggregate, t.To, in...)
-}
 
 // TestSpanningCommandsKeepTheTotal: six writers move random quantities
 // between three SKUs in random directions, some more than the source has
@@ -95,7 +52,7 @@ func TestSpanningCommandsKeepTheTotal(t *testing.T) {
 			for i := range each {
 				from := rng.IntN(3)
 				to := (from + 1 + rng.IntN(2)) % 3
-				_, err := sp.Handle(ctx, transfer{From: skus[from], To: skus[to], ID: fmt.Sprintf("t-%d-%d", w, i), Quantity: 1 + rng.Int64N(40)}, commands.Options{})
+				_, err := sp.Handle(ctx, stockcmd.Transfer{SKU: skus[from], To: skus[to], TransferID: fmt.Sprintf("t-%d-%d", w, i), Quantity: 1 + rng.Int64N(40)}, commands.Options{})
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -175,22 +132,22 @@ func TestSpanningCommandIdempotency(t *testing.T) {
 	idem := func(key string) commands.Options {
 		return commands.Options{Idempotency: &commands.Idempotency{Key: key, RequestHash: key, Respond: respond}}
 	}
-	first, err := sp.Handle(ctx, transfer{From: "a", To: "b", ID: "r-1", Quantity: 6}, idem("k-1"))
+	first, err := sp.Handle(ctx, stockcmd.Transfer{SKU: "a", To: "b", TransferID: "r-1", Quantity: 6}, idem("k-1"))
 	if err != nil || first.Version != 3 {
 		t.Fatalf("first: %+v, %v", first, err)
 	}
-	again, err := sp.Handle(ctx, transfer{From: "a", To: "b", ID: "r-1", Quantity: 6}, idem("k-1"))
+	again, err := sp.Handle(ctx, stockcmd.Transfer{SKU: "a", To: "b", TransferID: "r-1", Quantity: 6}, idem("k-1"))
 	if err != nil || string(again.Replayed) != fmt.Sprintf("ok a v3 %s", first.Position.Token()) {
 		t.Fatalf("replay: %+v (%q), %v", again, again.Replayed, err)
 	}
-	if _, err := sp.Handle(ctx, transfer{From: "a", To: "b", ID: "r-2", Quantity: 6}, idem("k-2")); !errors.Is(err, domain.ErrRejected) {
+	if _, err := sp.Handle(ctx, stockcmd.Transfer{SKU: "a", To: "b", TransferID: "r-2", Quantity: 6}, idem("k-2")); !errors.Is(err, domain.ErrRejected) {
 		t.Fatalf("a transfer of more than is left: %v", err)
 	}
 	// Stock arrives; the refusal under k-2 stands.
 	if _, err := stockHandler(t, store, stockcmd.Aggregate).Handle(ctx, stockcmd.Receive{SKU: "a", Quantity: 10}, commands.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := sp.Handle(ctx, transfer{From: "a", To: "b", ID: "r-2", Quantity: 6}, idem("k-2"))
+	res, err := sp.Handle(ctx, stockcmd.Transfer{SKU: "a", To: "b", TransferID: "r-2", Quantity: 6}, idem("k-2"))
 	if err != nil || len(res.Replayed) == 0 {
 		t.Fatalf("the refusal was not remembered: %+v, %v", res, err)
 	}

@@ -2,6 +2,8 @@ package commandapi
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -97,9 +99,44 @@ func Register[A any](r *mux.Router, exec commands.Executor[A], res Resource, rou
 				httpapi.WriteError(w, r, err)
 				return
 			}
-			execute(w, r, exec, res, cmd, status)
+			execute(w, r, exec.Handle, res, cmd, status)
 		}).Methods(rt.Method).Name(rt.Name)
 	}
+}
+
+// SpanRoute is a route whose command spans several aggregates
+// (commands.SpanningCommand): Route's fields, for a Spanner.
+type SpanRoute struct {
+	Name, Method, Path string
+	Status             int
+	Command            func(w http.ResponseWriter, r *http.Request) (commands.SpanningCommand, error)
+}
+
+// MountSpanning builds a Spanner over d's store and registers its routes
+// on r (which must already authenticate), with the API's Idempotency-Key
+// and answer semantics; the answer names the command's Target with
+// res.IDField; If-Match names the Target's version.
+func MountSpanning(r *mux.Router, d Deps, res Resource, routes ...SpanRoute) error {
+	if d.Placement != "" {
+		res.token = func(p event.Position) string { return event.PlacedToken(d.Placement, d.Epoch, p) }
+	}
+	sp, err := commands.NewSpanner(d.Store, d.Idempotency, d.Config)
+	if err != nil {
+		return fmt.Errorf("mount spanning commands: %w", err)
+	}
+	for _, rt := range routes {
+		status := cmp.Or(rt.Status, http.StatusOK)
+		parse := rt.Command
+		r.HandleFunc(rt.Path, func(w http.ResponseWriter, r *http.Request) {
+			cmd, err := parse(w, r)
+			if err != nil {
+				httpapi.WriteError(w, r, err)
+				return
+			}
+			execute(w, r, sp.Handle, res, cmd, status)
+		}).Methods(rt.Method).Name(rt.Name)
+	}
+	return nil
 }
 
 // DecodeBody decodes the request's JSON body strictly into dst.
@@ -141,7 +178,7 @@ type storedResponse struct {
 	Body   json.RawMessage `json:"body"`
 }
 
-func execute[A any](w http.ResponseWriter, r *http.Request, exec commands.Executor[A], rs Resource, cmd commands.Command[A], okStatus int) {
+func execute[C commands.Named](w http.ResponseWriter, r *http.Request, handle func(context.Context, C, commands.Options) (commands.Result, error), rs Resource, cmd C, okStatus int) {
 	if id := r.Header.Get("X-Correlation-ID"); id != "" && !correlationPattern.MatchString(id) {
 		// Refused, not replaced by the request ID: the client would believe
 		// its correlation ID is in the events' metadata.
@@ -178,7 +215,7 @@ func execute[A any](w http.ResponseWriter, r *http.Request, exec commands.Execut
 			},
 		}
 	}
-	res, err := exec.Handle(r.Context(), cmd, opts)
+	res, err := handle(r.Context(), cmd, opts)
 	switch {
 	case errors.Is(err, commands.ErrIdempotencyKeyReused):
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusUnprocessableEntity, httpapi.CodeIdempotencyKeyReused,

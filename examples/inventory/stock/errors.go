@@ -16,6 +16,7 @@ var (
 	ErrAlreadyReleased     = fmt.Errorf("%w: the reservation was released: it can no longer be committed", domain.ErrRejected)
 	ErrAlreadyCommitted    = fmt.Errorf("%w: the reservation was committed: it can no longer be released", domain.ErrRejected)
 	ErrStockOverflow       = fmt.Errorf("%w: the stock of one SKU may not exceed %d units", domain.ErrRejected, MaxStock)
+	ErrTransferToItself    = fmt.Errorf("%w: a transfer moves units to another SKU", domain.ErrRejected)
 )
 
 // ErrItemNotFound: a command with If-Match on a SKU that has no events.

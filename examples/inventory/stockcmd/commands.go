@@ -88,3 +88,56 @@ func (c Commit) Target() string { return c.SKU }
 func (c Commit) Decide(it *stock.Item, now time.Time) ([]event.Payload, error) {
 	return it.Commit(c.SKU, c.ReservationID, now)
 }
+
+// Transfer moves units from one SKU's stock to another's in one command
+// over both items (commands.SpanningCommand): a reservation committed on
+// the source, a receipt on the destination, both or neither. Idempotent on
+// the transfer ID, which is the source's reservation ID.
+type Transfer struct {
+	SKU        string `json:"sku"`
+	To         string `json:"to_sku"`
+	TransferID string `json:"transfer_id"`
+	Quantity   int64  `json:"quantity"`
+}
+
+var _ commands.SpanningCommand = Transfer{}
+
+func (Transfer) Name() string     { return "inventory.transfer" }
+func (c Transfer) Target() string { return c.SKU }
+func (c Transfer) Decide(s *commands.Span, now time.Time) error {
+	if c.To == c.SKU {
+		return stock.ErrTransferToItself
+	}
+	src, err := commands.Load(s, Aggregate, c.SKU)
+	if err != nil {
+		return err
+	}
+	dst, err := commands.Load(s, Aggregate, c.To)
+	if err != nil {
+		return err
+	}
+	if r, ok := src.Reservations[c.TransferID]; ok && r.State == stock.StateCommitted && r.Quantity == c.Quantity {
+		return nil // this transfer happened already
+	}
+	out, err := src.Reserve(c.SKU, c.TransferID, c.Quantity, now)
+	if err != nil {
+		return err
+	}
+	for _, p := range out {
+		if err := src.Apply(p); err != nil {
+			return err
+		}
+	}
+	commit, err := src.Commit(c.SKU, c.TransferID, now)
+	if err != nil {
+		return err
+	}
+	in, err := dst.Receive(c.To, c.Quantity, now)
+	if err != nil {
+		return err
+	}
+	if err := commands.Emit(s, Aggregate, c.SKU, append(out, commit...)...); err != nil {
+		return err
+	}
+	return commands.Emit(s, Aggregate, c.To, in...)
+}

@@ -5,7 +5,9 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/strata-es/strata/commands"
 	"github.com/strata-es/strata/commands/commandapi"
+	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/examples/inventory/stock"
 	"github.com/strata-es/strata/httpapi"
 )
@@ -25,6 +27,11 @@ type (
 	reservationRequest struct {
 		ReservationID string `json:"reservation_id"`
 	}
+	transferRequest struct {
+		To         string `json:"to_sku"`
+		TransferID string `json:"transfer_id"`
+		Quantity   int64  `json:"quantity"`
+	}
 )
 
 // Routes are the inventory command routes.
@@ -37,9 +44,19 @@ func Routes() []commandapi.Route[*stock.Item] {
 	}
 }
 
+// SpanRoutes are the inventory routes over several items.
+func SpanRoutes() []commandapi.SpanRoute {
+	return []commandapi.SpanRoute{
+		{Name: "inventory.transfer", Method: http.MethodPost, Path: "/v1/inventory/{sku}/transfer", Command: transfer},
+	}
+}
+
 // Commands mounts the inventory command routes on r (which must
 // authenticate): the module's write side.
 func Commands(r *mux.Router, d commandapi.Deps) error {
+	if err := commandapi.MountSpanning(r, d, Resource, SpanRoutes()...); err != nil {
+		return err
+	}
 	return commandapi.Mount(r, d, Aggregate, Resource, Routes()...)
 }
 
@@ -98,4 +115,22 @@ func reservation(w http.ResponseWriter, r *http.Request) (string, string, error)
 		return "", "", err
 	}
 	return id, req.ReservationID, commandapi.Required("reservation_id", req.ReservationID)
+}
+
+func transfer(w http.ResponseWriter, r *http.Request) (commands.SpanningCommand, error) {
+	id, err := sku(r)
+	if err != nil {
+		return nil, err
+	}
+	var req transferRequest
+	if err := commandapi.DecodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	if err := commandapi.Required("to_sku", req.To, "transfer_id", req.TransferID); err != nil {
+		return nil, err
+	}
+	if err := domain.ValidateEntityID("to_sku", req.To); err != nil {
+		return nil, err
+	}
+	return Transfer{SKU: id, To: req.To, TransferID: req.TransferID, Quantity: req.Quantity}, nil
 }
