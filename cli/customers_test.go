@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/strata-es/strata/auth"
-	"github.com/strata-es/strata/domain"
 	"github.com/strata-es/strata/internal/pgtest"
 )
 
@@ -19,21 +16,13 @@ import (
 // registrations of one address race: one is created, seven are refused.
 func TestCustomersUniqueEmail(t *testing.T) {
 	url := pgtest.NewDatabase(t)
-	secret := "customers-test-secret-0123456789abcdef"
 	base, _, stop := startServe(t, map[string]string{"DATABASE_URL": url, "STRATA_DATA_DIR": t.TempDir(),
-		"STRATA_JWT_SECRET": secret, "STRATA_LOG_LEVEL": "warn"})
+		"STRATA_JWT_SECRET": tenantsSecret, "STRATA_LOG_LEVEL": "warn"})
 	defer stop()
 	waitReady(t, base)
-	token := func(tenant string) string {
-		tok, err := auth.Sign([]byte(secret), auth.Claims{Subject: "ops", Tenant: domain.TenantID(tenant)}, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
 	call := func(tenant, path, body string) (int, string) {
 		t.Helper()
-		status, raw, _ := apiCall(t, nil, base, token(tenant), "POST", path, body)
+		status, raw, _ := apiCall(t, nil, base, tenantToken(t, tenant), "POST", path, body)
 		return status, string(raw)
 	}
 	want := func(status int, raw string, wantStatus int, code string) {

@@ -35,9 +35,8 @@ import (
 //     is therefore after everything it saw and before everything it did
 //     not;
 //   - a conditional append, under its locks, fails when a matching event
-//     of its tenant sits after that position: a scan of the tenant's log
-//     from there (events_tenant_log), which holds only what the tenant
-//     appended since the read.
+//     of its tenant sits after that position: its candidates are the rows
+//     of event_tags of the query's tags after it (conditionFailsSQL).
 
 var _ eventstore.TagReader = (*Store)(nil)
 

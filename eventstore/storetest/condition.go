@@ -16,30 +16,13 @@ import (
 // (eventstore.TagReader) on a store that implements them; its harness's
 // Store must.
 func RunConditions(t *testing.T, newHarness func(t *testing.T) Harness) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Harness, eventstore.TagReader)
-	}{
+	runCapable(t, newHarness, "eventstore.TagReader", []capableTest[eventstore.TagReader]{
 		{"TagsStoredAndQueried", testTagsQueried},
 		{"ConditionHoldsOrFails", testConditionHoldsOrFails},
 		{"ConditionOnMultiStreamAppend", testConditionMulti},
 		{"InvalidTagsAndQueries", testConditionInvalid},
 		{"ConflictingConditionalAppendsOneWins", testConditionOneWins},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t)
-			r, ok := h.Store.(eventstore.TagReader)
-			if !ok {
-				t.Fatalf("%T does not implement eventstore.TagReader", h.Store)
-			}
-			if h.RaceIterations == 0 {
-				h.RaceIterations = 1000
-			}
-			tc.fn(t, h, r)
-		})
-	}
+	})
 }
 
 // tagged returns one event of type typ carrying tags.

@@ -14,28 +14,38 @@ import (
 // RunMulti runs the suite of multi-stream appends (eventstore.MultiAppender)
 // on a store that implements it; its harness's Store must.
 func RunMulti(t *testing.T, newHarness func(t *testing.T) Harness) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Harness, eventstore.MultiAppender)
-	}{
+	runCapable(t, newHarness, "eventstore.MultiAppender", []capableTest[eventstore.MultiAppender]{
 		{"AllStreamsOrNone", testMultiAllOrNone},
 		{"Invalid", testMultiInvalid},
 		{"ConflictingAppendsOneWins", testMultiOneWins},
 		{"OverlappingAppendsNoDeadlock", testMultiNoDeadlock},
 		{"Idempotency", testMultiIdempotency},
-	}
+	})
+}
+
+// capableTest is a test of a capability C a store may have beside
+// eventstore.Store (multi-stream appends, tags).
+type capableTest[C any] struct {
+	name string
+	fn   func(*testing.T, Harness, C)
+}
+
+// runCapable runs tests, each in parallel on a harness of its own, with
+// its store as C; a store without the capability fails each (named by
+// what).
+func runCapable[C any](t *testing.T, newHarness func(t *testing.T) Harness, what string, tests []capableTest[C]) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			m, ok := h.Store.(eventstore.MultiAppender)
+			c, ok := h.Store.(C)
 			if !ok {
-				t.Fatalf("%T does not implement eventstore.MultiAppender", h.Store)
+				t.Fatalf("%T does not implement %s", h.Store, what)
 			}
 			if h.RaceIterations == 0 {
 				h.RaceIterations = 1000
 			}
-			tc.fn(t, h, m)
+			tc.fn(t, h, c)
 		})
 	}
 }
