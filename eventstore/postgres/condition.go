@@ -77,19 +77,23 @@ const matchingSQL = `e.metadata ? 'tags' AND EXISTS (
 // conditionFailsSQL is true when an event of tenant $1 matching the
 // condition %[1]s sits after the condition's position. Its candidates are
 // the rows of event_tags of the condition's tags after the position, an
-// index range that holds only the events that could match, however busy
-// the tenant (scanning the tenant's log after the position read every
-// event appended since, tagged or not, and matched each). %[2]s, %[3]s and
-// %[4]s (conditionAfterSQL) are plain columns of a materialized row, never
-// expressions of the condition: under row-level security only leakproof
-// operators are index conditions, and ->> and the casts are not.
+// index range per tag that holds only the events that could match,
+// however busy the tenant (scanning the tenant's log after the position
+// read every event appended since, tagged or not, and matched each).
+// %[2]s, %[3]s and %[4]s (conditionAfterSQL) are plain columns of a
+// materialized row, never expressions of the condition: under row-level
+// security only leakproof operators are index conditions, and ->> and the
+// casts are not. Each tag is joined on its own (t.tag = q.tag, not
+// t.tag = ANY (tags)): a generic plan, made while event_tags was small,
+// otherwise chose to scan the tenant's whole range after the position and
+// filter the tags (found by auto_explain under the bench).
 var conditionFailsSQL = `EXISTS (
-    SELECT 1 FROM events e
-    WHERE e.tenant_id = $1
-      AND (e.tx_id, e.position) IN (
-          SELECT t.tx_id, t.position FROM event_tags t
-          WHERE t.tenant_id = $1 AND t.tag = ANY (%[4]s) AND (t.tx_id, t.position) > (%[2]s, %[3]s))
-      AND ` + fmt.Sprintf(matchingSQL, "%[1]s->'items'") + `)`
+    SELECT 1 FROM unnest(%[4]s) AS q(tag)
+    CROSS JOIN LATERAL (
+        SELECT t.tx_id, t.position FROM event_tags t
+        WHERE t.tenant_id = $1 AND t.tag = q.tag AND (t.tx_id, t.position) > (%[2]s, %[3]s)) AS c
+    JOIN events e ON e.tenant_id = $1 AND e.tx_id = c.tx_id AND e.position = c.position
+    WHERE ` + fmt.Sprintf(matchingSQL, "%[1]s->'items'") + `)`
 
 // conditionAfterSQL are the condition %[1]s's position and tags as the
 // columns conditionFailsSQL compares with.
