@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/strata-es/strata/eventstore"
 	"github.com/strata-es/strata/eventstore/postgres"
 	"github.com/strata-es/strata/eventstore/storetest"
 	"github.com/strata-es/strata/internal/pgtest"
@@ -44,7 +46,7 @@ func TestConformance(t *testing.T) {
 		fmt.Printf("EventStoreDB conformance suite not run: %s\n", reason)
 		return
 	}
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
+	harness := func(t *testing.T) storetest.Harness {
 		d := testdb.New(t)
 		s, err := Open(context.Background(), url,
 			WithNamespace(uniqueNamespace(t)),
@@ -56,7 +58,32 @@ func TestConformance(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		return storetest.Harness{Store: s, Log: s, Idempotency: s}
+	}
+	storetest.Run(t, harness)
+	// Multi-stream appends, tags and conditions need KurrentDB 25.1
+	// (AppendRecords): a server that says it has no AppendRecords (an
+	// older image, STRATA_TEST_ESDB_IMAGE) skips them in one line; any
+	// other outcome of the probe runs them.
+	if err := probeAppendRecords(t, harness); errors.Is(err, ErrUnsupported) {
+		fmt.Printf("EventStoreDB multi-stream and condition suites not run: %v\n", err)
+		return
+	}
+	t.Run("Multi", func(t *testing.T) { storetest.RunMulti(t, harness) })
+	t.Run("Conditions", func(t *testing.T) { storetest.RunConditions(t, harness) })
+}
+
+// probeAppendRecords makes one multi-stream append on a harness of its own.
+func probeAppendRecords(t *testing.T, harness func(*testing.T) storetest.Harness) error {
+	var err error
+	t.Run("ProbeAppendRecords", func(t *testing.T) {
+		m := harness(t).Store.(eventstore.MultiAppender)
+		_, err = m.AppendMulti(ctxT(t), eventstore.MultiAppendRequest{Tenant: "t-a", Streams: []eventstore.StreamAppend{
+			{Stream: "a", Expected: eventstore.NoStream, Events: newEvents(1)}, {Stream: "b", Expected: eventstore.NoStream, Events: newEvents(1)}}})
+		if err != nil && !errors.Is(err, ErrUnsupported) {
+			t.Fatal(err)
+		}
 	})
+	return err
 }
 
 func uniqueNamespace(t *testing.T) string {

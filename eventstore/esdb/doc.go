@@ -1,7 +1,9 @@
 // Package esdb is the EventStoreDB/KurrentDB adapter of the event store port
 // (ARCHITECTURE decision 7), on EventStore-Client-Go v4. It imports the
-// port, domain/event and the client; never KurrentDB-Client-Go, whose
-// protobuf registrations collide with this client's and panic at init.
+// port, domain/event and the client; of KurrentDB-Client-Go only its
+// generated v2 protocol packages (streams, streams/errors, errors), never
+// its client, whose v1 protobuf registrations collide with this client's
+// and panic at init.
 //
 // # Streams, metadata, positions
 //
@@ -68,6 +70,40 @@
 // of the new event IDs, as the PostgreSQL store's unique index does. That
 // costs one read per append; events further back than the window are not
 // checked (the handler's CommandID check has no window).
+//
+// # Multi-stream appends, tags and conditions
+//
+// The store is an eventstore.MultiAppender and an eventstore.TagReader on
+// KurrentDB 25.1 and later, through the v2 protocol's AppendRecords
+// (records.go), which writes records to several streams in one transaction
+// after checking the state of any streams, written or not. The v4 client
+// has no such call, so the store dials its own gRPC connection from the
+// same connection string (records_conn.go: TLS and credentials as the
+// client uses them; the first host or seed, redirected once to the leader
+// a follower names). Older servers answer ErrUnsupported.
+//
+//   - AppendMulti: each stream's expectation is a check of that stream; a
+//     failed one is ErrVersionConflict naming the stream. Idempotency as
+//     for one stream (looked up before, saved after).
+//   - Tags: every tagged append writes, in the same transaction, one
+//     marker per (event, tag) to the stream "<namespace>.tag.<tenant>.<hash
+//     of the tag>" and one record to the tenant's tag log
+//     "<namespace>.tags.<tenant>"; neither matches the log filter
+//     (<namespace>-), so the global log never shows them. An append
+//     without tags and condition keeps the v1 path and costs nothing more.
+//   - ReadTagged reads the tag log's tail (its position is the read's),
+//     then each tag's stream, then the events the matching markers name
+//     (one read each).
+//   - A condition costs one read per tag of its query before the append
+//     (a matching marker after its position fails it at once), and pins
+//     those tag streams in the append's checks, so a tagged append
+//     committed in between fails it (ErrConditionFailed); one of another
+//     type on the same tag may fail it too (the caller reads again).
+//   - A tagged part expecting Any or StreamExists is pinned at the
+//     revision read just before (its markers name its events' versions),
+//     and retried if that moved.
+//
+// tags.go explains why the positions are exact.
 //
 // # Connection
 //

@@ -26,6 +26,9 @@ var (
 	ErrStreamDeleted = errors.New("stream deleted in eventstoredb")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("eventstoredb store closed")
+	// ErrUnsupported: the server is older than the operation needs
+	// (multi-stream appends, tags and conditions need KurrentDB 25.1).
+	ErrUnsupported = errors.New("not supported by this eventstoredb server")
 )
 
 // errNotFound is the client's "stream not found" (a read of a stream that

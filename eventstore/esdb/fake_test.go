@@ -380,3 +380,25 @@ func TestFakeServerTenantReadWithoutCaughtUp(t *testing.T) {
 		t.Fatalf("an invalid tenant: %v", err)
 	}
 }
+
+// TestFakeServerMultiConformance runs the suite of multi-stream appends
+// against the fake's AppendRecords.
+func TestFakeServerMultiConformance(t *testing.T) {
+	f := newFakeServer()
+	addr := f.serve(t, "127.0.0.1:0")
+	storetest.RunMulti(t, func(t *testing.T) storetest.Harness {
+		s := openFake(t, addr, WithIdempotencyStore(&memIdempotency{}))
+		return storetest.Harness{Store: s, Log: s, Idempotency: s, RaceIterations: 200}
+	})
+}
+
+// TestFakeServerConditionsConformance runs the suite of tags and append
+// conditions against the fake: the tag streams are ordinary streams there.
+func TestFakeServerConditionsConformance(t *testing.T) {
+	f := newFakeServer()
+	addr := f.serve(t, "127.0.0.1:0")
+	storetest.RunConditions(t, func(t *testing.T) storetest.Harness {
+		s := openFake(t, addr, WithIdempotencyStore(&memIdempotency{}))
+		return storetest.Harness{Store: s, Log: s, Idempotency: s, RaceIterations: 200}
+	})
+}

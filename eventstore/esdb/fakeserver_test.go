@@ -15,6 +15,7 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/google/uuid"
+	v2 "github.com/kurrent-io/KurrentDB-Client-Go/protos/kurrentdb/protocols/v2/streams/streams"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,7 +28,8 @@ import (
 // in-memory ID cache for Any/StreamExists, the stream itself for exact
 // revisions, nothing when expected == current), one log position per event
 // (commit == prepare), exclusive $all positions, stream-prefix filtered
-// subscriptions with checkpoints and CaughtUp. It also writes a system
+// subscriptions with checkpoints and CaughtUp, and KurrentDB's v2
+// AppendRecords (fakerecords_test.go). It also writes a system
 // event now and then, so that $all is never only ours. It is not a
 // substitute for the conformance run against a real server.
 type fakeServer struct {
@@ -52,6 +54,12 @@ type fakeServer struct {
 	noCheckpoints bool
 	// scanDelay is how long a subscription takes over each event of $all.
 	scanDelay time.Duration
+	// v1Only serves no v2 StreamsService (servers before KurrentDB 25.1);
+	// read by serve.
+	v1Only bool
+	// follower, the leader's address, makes AppendRecords answer
+	// NOT_LEADER_NODE naming it; read by serve.
+	follower string
 }
 
 type fakeEvent struct {
@@ -92,6 +100,14 @@ func (f *fakeServer) serve(t *testing.T, addr string) string {
 	}
 	g := grpc.NewServer()
 	api.RegisterStreamsServer(g, f)
+	switch {
+	case f.follower != "":
+		host, port, _ := net.SplitHostPort(f.follower)
+		p, _ := strconv.Atoi(port)
+		v2.RegisterStreamsServiceServer(g, fakeFollower{leaderHost: host, leaderPort: int32(p)})
+	case !f.v1Only:
+		v2.RegisterStreamsServiceServer(g, fakeRecords{f: f})
+	}
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	return lis.Addr().String()

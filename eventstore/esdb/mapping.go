@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
@@ -109,7 +110,9 @@ var errBadMetadata = errors.New("malformed strata event metadata")
 func decodeMetadata(b []byte) (tenant string, schemaVersion int, m event.Metadata, err error) {
 	var w wireMetadata
 	if err := json.Unmarshal(b, &w); err != nil {
-		return "", 0, event.Metadata{}, fmt.Errorf("%w: %v", errBadMetadata, err)
+		if err = json.Unmarshal(synthesizedMetadata(b), &w); err != nil {
+			return "", 0, event.Metadata{}, fmt.Errorf("%w: %v", errBadMetadata, err)
+		}
 	}
 	if w.Tenant == "" || w.SchemaVersion < 1 {
 		return "", 0, event.Metadata{}, fmt.Errorf("%w: tenant and schema_version are required", errBadMetadata)
@@ -174,4 +177,38 @@ func (n naming) record(ev *esdb.RecordedEvent) (rec event.Record, ok bool, err e
 		RecordedAt:    ev.CreatedDate,
 		Position:      positionOf(ev.Position),
 	}, true, nil
+}
+
+// synthesizedMetadata rewrites, in the metadata the server synthesizes for
+// a v1 read of an event appended through AppendRecords (from the record's
+// properties, records.go), the shapes a property may take there and
+// wireMetadata does not read: schema_version as a number with a fraction
+// ("1.0") or as a string, and tags as a string holding their JSON list.
+// Anything else is returned as it is (and fails as it would have).
+func synthesizedMetadata(b []byte) []byte {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return b
+	}
+	if raw, ok := fields["schema_version"]; ok {
+		var f float64
+		var str string
+		if json.Unmarshal(raw, &str) == nil {
+			raw = json.RawMessage(str)
+		}
+		if json.Unmarshal(raw, &f) == nil && f == math.Trunc(f) && f >= 1 && f <= math.MaxInt32 {
+			fields["schema_version"] = json.RawMessage(strconv.FormatInt(int64(f), 10))
+		}
+	}
+	if raw, ok := fields["tags"]; ok {
+		var str string
+		if json.Unmarshal(raw, &str) == nil && json.Valid([]byte(str)) {
+			fields["tags"] = json.RawMessage(str)
+		}
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return b
+	}
+	return out
 }

@@ -27,8 +27,10 @@ type Store struct {
 	cfg   config
 	names naming
 	conn  *conn
-	locks keyLocks
-	log   *globalLog
+	// records is the connection for AppendRecords (records_conn.go).
+	records *recordsConn
+	locks   keyLocks
+	log     *globalLog
 }
 
 var (
@@ -192,7 +194,7 @@ func Open(ctx context.Context, connectionString string, opts ...Option) (*Store,
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, names: names, conn: c}
+	s := &Store{cfg: cfg, names: names, conn: c, records: newRecordsConn(esCfg, red)}
 	s.log = newGlobalLog(s)
 	return s, nil
 }
@@ -201,6 +203,7 @@ func Open(ctx context.Context, connectionString string, opts ...Option) (*Store,
 // fail with ErrClosed.
 func (s *Store) Close() error {
 	s.log.close()
+	s.records.close()
 	s.conn.close(5 * time.Second)
 	return nil
 }
@@ -226,7 +229,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
-// Append implements eventstore.Store.
+// Append implements eventstore.Store. An append whose events carry tags,
+// or that has a condition, goes through AppendRecords (records.go, tags.go:
+// KurrentDB 25.1 or later); the others through the v1 Append.
 func (s *Store) Append(ctx context.Context, req eventstore.AppendRequest) (eventstore.AppendResult, error) {
 	if req.Tenant == "" {
 		return eventstore.AppendResult{}, eventstore.ErrNoTenant
@@ -239,69 +244,76 @@ func (s *Store) Append(ctx context.Context, req eventstore.AppendRequest) (event
 	if len(req.Events) == 0 {
 		return eventstore.AppendResult{}, fmt.Errorf("%s: %w: no events", op, ErrInvalidAppend)
 	}
-	if req.Condition != nil {
-		// Tags travel in the metadata; checking a condition against them
-		// needs the tag index this adapter does not have yet.
-		return eventstore.AppendResult{}, fmt.Errorf("%s: %w: EventStoreDB does not check append conditions (use the PostgreSQL store)", op, ErrInvalidAppend)
-	}
 	expected, err := expectedRevision(req.Expected)
 	if err != nil {
 		return eventstore.AppendResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	data := make([]esdb.EventData, len(req.Events))
-	for i, e := range req.Events {
-		if data[i], err = eventData(req.Tenant, e); err != nil {
-			return eventstore.AppendResult{}, fmt.Errorf("%s: %w", op, err)
-		}
+	if err := validCondition(req.Condition); err != nil {
+		return eventstore.AppendResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if req.Idempotency == nil {
-		return s.appendEvents(ctx, op, name, req.Expected, expected, data)
-	}
-	return s.appendIdempotent(ctx, op, name, req, expected, data)
-}
-
-// appendIdempotent runs the append under the command's idempotency key:
-// the key is looked up first (under a per-key lock, so duplicates in this
-// process wait for each other), and the outcome is recorded after the
-// append succeeded. The package documentation explains what remains
-// between the two writes.
-func (s *Store) appendIdempotent(ctx context.Context, op, name string, req eventstore.AppendRequest, expected esdb.ExpectedRevision, data []esdb.EventData) (eventstore.AppendResult, error) {
-	idem := s.cfg.idem
-	if idem == nil {
-		return eventstore.AppendResult{}, fmt.Errorf("%s: %w: idempotency requested, but the store has no idempotency store", op, ErrInvalidAppend)
-	}
-	key := req.Idempotency
-	if key.Response == nil {
-		return eventstore.AppendResult{}, fmt.Errorf("%s: %w: idempotency without a Response function", op, ErrInvalidAppend)
-	}
-	unlock, err := s.locks.lock(ctx, req.Tenant+"\x00"+key.Key)
+	part, err := s.newRecordsPart(req.Tenant, req.Stream, req.Expected, req.Events)
 	if err != nil {
 		return eventstore.AppendResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	defer unlock()
-	_, found, err := idem.LookupIdempotency(ctx, req.Tenant, key.Key)
+	run := func() (eventstore.AppendResult, error) {
+		if !part.tagged && req.Condition == nil {
+			return s.appendEvents(ctx, op, name, req.Expected, expected, part.data)
+		}
+		res, _, err := s.appendRecords(ctx, op, req.Tenant, []recordsPart{part}, req.Condition)
+		if err != nil {
+			return eventstore.AppendResult{}, err
+		}
+		return res[0], nil
+	}
+	if req.Idempotency == nil {
+		return run()
+	}
+	key := req.Idempotency
+	return idempotent(ctx, s, op, req.Tenant, key.Key, key.RequestHash, key.Response, run)
+}
+
+// idempotent runs an append (run) under the command's idempotency key:
+// the key is looked up first (under a per-key lock, so duplicates in this
+// process wait for each other), and the outcome, built by respond, is
+// recorded after the append succeeded. The package documentation explains
+// what remains between the two writes.
+func idempotent[R any](ctx context.Context, s *Store, op, tenant, key, requestHash string, respond func(R) ([]byte, error), run func() (R, error)) (R, error) {
+	var zero R
+	idem := s.cfg.idem
+	if idem == nil {
+		return zero, fmt.Errorf("%s: %w: idempotency requested, but the store has no idempotency store", op, ErrInvalidAppend)
+	}
+	if respond == nil {
+		return zero, fmt.Errorf("%s: %w: idempotency without a Response function", op, ErrInvalidAppend)
+	}
+	unlock, err := s.locks.lock(ctx, tenant+"\x00"+key)
 	if err != nil {
-		return eventstore.AppendResult{}, fmt.Errorf("%s: look up idempotency key: %w", op, err)
+		return zero, fmt.Errorf("%s: %w", op, err)
+	}
+	defer unlock()
+	_, found, err := idem.LookupIdempotency(ctx, tenant, key)
+	if err != nil {
+		return zero, fmt.Errorf("%s: look up idempotency key: %w", op, err)
 	}
 	if found {
-		return eventstore.AppendResult{}, fmt.Errorf("%s: %w", op, eventstore.ErrIdempotencyKeyExists)
+		return zero, fmt.Errorf("%s: %w", op, eventstore.ErrIdempotencyKeyExists)
 	}
-	res, err := s.appendEvents(ctx, op, name, req.Expected, expected, data)
+	res, err := run()
 	if err != nil {
-		return eventstore.AppendResult{}, err
+		return zero, err
 	}
 	// The events are written: from here on the command has happened, and a
 	// failure to record it must not be reported as a failure of the command.
 	// The record is written even if the caller has gone away meanwhile.
-	resp, err := key.Response(res)
+	resp, err := respond(res)
 	if err != nil {
 		s.cfg.logger.Error("eventstoredb: events appended but the idempotent response could not be built",
-			"tenant", req.Tenant, "stream", req.Stream, "err", err)
+			"op", op, "err", err)
 		return res, nil
 	}
 	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err = idem.SaveIdempotency(saveCtx, req.Tenant, key.Key, key.RequestHash, resp)
+	err = idem.SaveIdempotency(saveCtx, tenant, key, requestHash, resp)
 	switch {
 	case err == nil:
 		return res, nil
@@ -311,10 +323,10 @@ func (s *Store) appendIdempotent(ctx context.Context, op, name string, req event
 		// exact expected versions both appends wrote the same events once
 		// (one of them was deduplicated by the server); the stored outcome
 		// describes them.
-		return eventstore.AppendResult{}, fmt.Errorf("%s: %w", op, eventstore.ErrIdempotencyKeyExists)
+		return zero, fmt.Errorf("%s: %w", op, eventstore.ErrIdempotencyKeyExists)
 	default:
 		s.cfg.logger.Error("eventstoredb: events appended but the idempotency record was not saved; a retry of this command will not find it",
-			"tenant", req.Tenant, "stream", req.Stream, "err", err)
+			"op", op, "err", err)
 		return res, nil
 	}
 }
