@@ -84,14 +84,18 @@ type Command[A any] interface {
 // decides, and appends on the condition that no event matching Guard was
 // appended since the read; when one was, it reads and decides again, as
 // after a version conflict. No saga, no unique index on a read model.
-// The store must keep tags (eventstore.TagReader: PostgreSQL).
+// The store must keep tags (eventstore.TagReader). On a first attempt,
+// when Admit(nil) admits, the handler does not read: it appends on the
+// condition that nothing matches Guard at all, and reads only when
+// something does.
 type Guarded interface {
 	// Guard is the query of the events the decision depends on.
 	Guard() event.Query
 	// Admit decides, from the events matching Guard in log order (their
 	// personal fields opened, or their tombstones once forgotten), whether
 	// the command may go on: nil, or a rule error (wrapping
-	// domain.ErrRejected) that answers the command.
+	// domain.ErrRejected) that answers the command. It must depend on
+	// matched alone: it is also asked about an empty history.
 	Admit(matched []event.Payload) error
 }
 

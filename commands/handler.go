@@ -256,7 +256,7 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 	if opts.ExpectedVersion != nil && *opts.ExpectedVersion != version {
 		return Result{}, fmt.Errorf("%s is at version %d, not %d: %w", h.agg.Kind, version, *opts.ExpectedVersion, ErrVersionConflict)
 	}
-	cond, err := h.admit(ctx, h.store, tenant, cmd)
+	cond, blind, err := h.admit(ctx, h.store, tenant, cmd, first)
 	if err != nil {
 		return Result{}, err
 	}
@@ -335,6 +335,9 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 		}
 	}
 	ar, err := h.store.Append(ctx, req)
+	if readAfterBlind(blind, err) {
+		return h.attempt(ctx, tenant, stream, cmd, opts, meta, commandID, false)
+	}
 	if err != nil {
 		h.cache.drop(key)
 		return Result{}, err

@@ -187,28 +187,47 @@ func (h runner) recordApplied(ctx context.Context, tenant domain.TenantID, idem 
 // admit runs a Guarded command's check (aggregate.go): the events
 // matching its guard, read with the position the append is conditioned
 // on. Other commands have no condition.
-func (h runner) admit(ctx context.Context, store eventstore.Store, tenant domain.TenantID, cmd Named) (*eventstore.AppendCondition, error) {
+//
+// On a first attempt (optimistic) whose guard admits an empty history
+// (Admit(nil) is nil: "this address is free when nobody has it"), it
+// reads nothing and conditions the append on no event matching the guard
+// at all (After is the beginning of the log): what the read would have
+// found empty, the append's check finds empty under the same locks, so
+// the common case of a claim costs one round trip, not two. blind says so:
+// when that condition fails, the caller reads and decides again at once
+// (readAfterBlind), without the pause of a contended retry.
+func (h runner) admit(ctx context.Context, store eventstore.Store, tenant domain.TenantID, cmd Named, optimistic bool) (cond *eventstore.AppendCondition, blind bool, err error) {
 	g, ok := cmd.(Guarded)
 	if !ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	tags, ok := store.(eventstore.TagReader)
 	if !ok {
-		return nil, fmt.Errorf("%s is a guarded command, and this event store keeps no tags (use PostgreSQL)", cmd.Name())
+		return nil, false, fmt.Errorf("%s is a guarded command, and this event store keeps no tags (use PostgreSQL)", cmd.Name())
 	}
 	q := g.Guard()
+	if optimistic && g.Admit(nil) == nil {
+		return &eventstore.AppendCondition{Query: q}, true, nil
+	}
 	recs, at, err := tags.ReadTagged(ctx, string(tenant), q)
 	if err != nil {
-		return nil, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
+		return nil, false, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
 	}
 	matched := make([]event.Payload, len(recs))
 	for i, rec := range recs {
 		if matched[i], err = h.cfg.Registry.DecodeRecord(rec); err != nil {
-			return nil, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
+			return nil, false, fmt.Errorf("%s: read its guard: %w", cmd.Name(), err)
 		}
 	}
 	if err := g.Admit(matched); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return &eventstore.AppendCondition{Query: q, After: at}, nil
+	return &eventstore.AppendCondition{Query: q, After: at}, false, nil
+}
+
+// readAfterBlind reports whether an append conditioned blind (admit)
+// failed its condition: events match the guard after all, and the
+// command must read them and decide again.
+func readAfterBlind(blind bool, err error) bool {
+	return blind && errors.Is(err, eventstore.ErrConditionFailed)
 }

@@ -130,12 +130,12 @@ func (x *Spanner) handle(ctx context.Context, cmd SpanningCommand, opts Options)
 	if done || err != nil {
 		return res, err
 	}
-	return x.execute(ctx, ex, opts, func(bool) (Result, error) { return x.attempt(ctx, ex, cmd, opts) })
+	return x.execute(ctx, ex, opts, func(first bool) (Result, error) { return x.attempt(ctx, ex, cmd, opts, first) })
 }
 
-func (x *Spanner) attempt(ctx context.Context, ex execution, cmd SpanningCommand, opts Options) (Result, error) {
+func (x *Spanner) attempt(ctx context.Context, ex execution, cmd SpanningCommand, opts Options, first bool) (Result, error) {
 	s := &Span{ctx: ctx, tenant: string(ex.tenant), store: x.store, reg: x.cfg.Registry, streams: map[string]*spanStream{}}
-	cond, err := x.admit(ctx, x.store, ex.tenant, cmd)
+	cond, blind, err := x.admit(ctx, x.store, ex.tenant, cmd, first)
 	if err != nil {
 		return Result{}, err
 	}
@@ -188,6 +188,9 @@ func (x *Spanner) attempt(ctx context.Context, ex execution, cmd SpanningCommand
 			}}
 	}
 	mr, err := x.multi.AppendMulti(ctx, req)
+	if readAfterBlind(blind, err) {
+		return x.attempt(ctx, ex, cmd, opts, false)
+	}
 	if err != nil {
 		return Result{}, err
 	}
