@@ -13,7 +13,6 @@ import (
 
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples"
-	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -28,6 +27,13 @@ var commandIDSpace = uuid.MustParse("6f1c1b3a-5d1e-4f5e-9a0b-2c7d8e9f0a1b")
 
 func commandID(tenant, key string) string {
 	return uuid.NewSHA1(commandIDSpace, []byte(tenant+"\x00"+key)).String()
+}
+
+// eventID is the ID strata gives the i-th event a command appends
+// (commands/handler.go), derived from its command ID so that a retry
+// appends the same events; repeated here for the reason commandID is.
+func eventID(commandID string, i int) string {
+	return uuid.NewSHA1(commandIDSpace, fmt.Appendf(nil, "%s/%d", commandID, i)).String()
 }
 
 // eventsPerCommand is how many events one command of the order domain
@@ -132,9 +138,9 @@ func checkHistory(ops []*Op, events []logEvent) historyVerdict {
 			}
 		}
 		for _, ev := range evs {
-			if ev.Tenant != op.Tenant || ev.Stream != order.StreamID(op.Order) {
+			if ev.Tenant != op.Tenant || ev.Stream != op.streamID() {
 				v.WrongStream++
-				v.example("command %s (%s %s/%s) has an event in %s/%s v%d", op.Key, op.Kind, op.Tenant, op.Order, ev.Tenant, ev.Stream, ev.Version)
+				v.example("command %s (%s %s/%s) has an event in %s/%s v%d", op.Key, op.Kind, op.Tenant, op.streamID(), ev.Tenant, ev.Stream, ev.Version)
 			}
 		}
 		switch op.Outcome {
@@ -143,25 +149,25 @@ func checkHistory(ops []*Op, events []logEvent) historyVerdict {
 			switch {
 			case len(evs) == 0:
 				v.Lost++
-				v.example("LOST: %s %s of %s/%s acknowledged at version %d (attempts %d), no event has its command id", op.Kind, op.Key, op.Tenant, op.Order, op.Version, len(op.Attempts))
+				v.example("LOST: %s %s of %s/%s acknowledged at version %d (attempts %d), no event has its command id", op.Kind, op.Key, op.Tenant, op.streamID(), op.Version, len(op.Attempts))
 			case len(evs) > eventsPerCommand:
 				v.Duplicated++
-				v.example("DUPLICATED: %s %s of %s/%s: %d events (versions %s)", op.Kind, op.Key, op.Tenant, op.Order, len(evs), versions(evs))
+				v.example("DUPLICATED: %s %s of %s/%s: %d events (versions %s)", op.Kind, op.Key, op.Tenant, op.streamID(), len(evs), versions(evs))
 			case evs[len(evs)-1].Version != op.Version:
 				v.WrongVersion++
-				v.example("%s %s of %s/%s acknowledged version %d, its event is at version %d", op.Kind, op.Key, op.Tenant, op.Order, op.Version, evs[len(evs)-1].Version)
+				v.example("%s %s of %s/%s acknowledged version %d, its event is at version %d", op.Kind, op.Key, op.Tenant, op.streamID(), op.Version, evs[len(evs)-1].Version)
 			}
 		case Fail:
 			v.Fail++
 			if len(evs) > 0 {
 				v.RejectedWithEvents++
-				v.example("REJECTED BUT APPLIED: %s %s of %s/%s answered %d %s, yet has events (versions %s)", op.Kind, op.Key, op.Tenant, op.Order, op.Status, op.Code, versions(evs))
+				v.example("REJECTED BUT APPLIED: %s %s of %s/%s answered %d %s, yet has events (versions %s)", op.Kind, op.Key, op.Tenant, op.streamID(), op.Status, op.Code, versions(evs))
 			}
 		default:
 			v.Unresolved++
 			if len(evs) > eventsPerCommand {
 				v.Duplicated++
-				v.example("DUPLICATED (unresolved): %s %s of %s/%s: %d events", op.Kind, op.Key, op.Tenant, op.Order, len(evs))
+				v.example("DUPLICATED (unresolved): %s %s of %s/%s: %d events", op.Kind, op.Key, op.Tenant, op.streamID(), len(evs))
 			} else if len(evs) > 0 {
 				v.UnresolvedApplied++
 			}
@@ -272,7 +278,7 @@ func checkIdempotencyRecords(ctx context.Context, url string, ops []*Op) (mismat
 		if !ok {
 			mismatches++
 			if len(examples) < 5 {
-				examples = append(examples, fmt.Sprintf("%s %s of %s/%s acknowledged version %d; stored outcome %q", op.Kind, op.Key, op.Tenant, op.Order, op.Version, oneLine(string(raw), 120)))
+				examples = append(examples, fmt.Sprintf("%s %s of %s/%s acknowledged version %d; stored outcome %q", op.Kind, op.Key, op.Tenant, op.streamID(), op.Version, oneLine(string(raw), 120)))
 			}
 		}
 	}

@@ -83,7 +83,7 @@ func (e *env) runLoad(ctx context.Context, s *loadScenario) {
 func (e *env) progress(s *loadScenario, done <-chan struct{}) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
-	total := s.load.cfg.Clients * s.load.cfg.Commands
+	total := s.load.cfg.Clients * (s.load.cfg.Commands + s.load.cfg.Registrations)
 	for {
 		select {
 		case <-done:
