@@ -50,6 +50,9 @@ type logEvent struct {
 	Type      string
 	CommandID string
 	Position  event.Position
+	// Tags are the event's tags (its metadata's), which the
+	// conditional history's final reads match.
+	Tags []string
 }
 
 func loadEvents(ctx context.Context, url string) ([]logEvent, error) {
@@ -59,7 +62,7 @@ func loadEvents(ctx context.Context, url string) ([]logEvent, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	rows, err := conn.Query(ctx, `SELECT tenant_id, stream_id, version, event_id::text, event_type,
-       coalesce(metadata->>'command_id', ''), tx_id::text, position
+       coalesce(metadata->>'command_id', ''), tx_id::text, position, metadata->'tags'
 FROM strata.events ORDER BY tenant_id, stream_id, version`)
 	if err != nil {
 		return nil, fmt.Errorf("read the event log: %w", err)
@@ -70,7 +73,7 @@ FROM strata.events ORDER BY tenant_id, stream_id, version`)
 		var ev logEvent
 		var tx string
 		var pos int64
-		if err := rows.Scan(&ev.Tenant, &ev.Stream, &ev.Version, &ev.EventID, &ev.Type, &ev.CommandID, &tx, &pos); err != nil {
+		if err := rows.Scan(&ev.Tenant, &ev.Stream, &ev.Version, &ev.EventID, &ev.Type, &ev.CommandID, &tx, &pos, &ev.Tags); err != nil {
 			return nil, err
 		}
 		major, err := strconv.ParseUint(tx, 10, 64)

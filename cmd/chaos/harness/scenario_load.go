@@ -147,6 +147,10 @@ func (e *env) finish(ctx context.Context, r *Result, s *loadScenario, catchUpFro
 	addHistoryCriteria(r, v)
 	lv, err := checkLinearizable(ops, events, "chaos-"+r.Scenario)
 	addLinearizableCriterion(r, lv, err)
+	if s.load.cfg.Registrations > 0 {
+		cv, err := checkConditions(ops, events, "chaos-"+r.Scenario+"-conditions")
+		addConditionCriteria(r, cv, err)
+	}
 	bad, examples, err := checkIdempotencyRecords(ctx, s.url, ops)
 	if err != nil {
 		return err
