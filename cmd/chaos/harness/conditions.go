@@ -20,8 +20,9 @@ type conditionVerdict struct {
 	// Registrations by outcome: Created (201), Taken (422: the address
 	// was someone's, the condition failed), Unresolved (indeterminate
 	// after every retry), Other (any other answer, which the model never
-	// accepts); Addresses raced for.
-	Registrations, Created, Taken, Unresolved, Other, Addresses int
+	// accepts); Addresses raced for. Retried counts those that met a
+	// fault (an indeterminate attempt, retried with their key).
+	Registrations, Created, Taken, Unresolved, Other, Addresses, Retried int
 }
 
 // checkConditions hands the load's registrations to porcupine as a
@@ -65,6 +66,9 @@ func checkConditions(ops []*Op, events []logEvent, name string) (conditionVerdic
 			Events: []linearize.TaggedEvent{{ID: eventID(commandID(op.Tenant, op.Key), 0), Type: customer.TypeRegistered, Tags: []string{tag}}},
 			Unless: customer.EmailGuard(op.Email)}
 		v.Registrations++
+		if op.hadInfo() {
+			v.Retried++
+		}
 		switch {
 		case op.Outcome == OK:
 			a.Outcome = linearize.OK
@@ -120,6 +124,6 @@ func addConditionCriteria(r *Result, v conditionVerdict, err error) {
 	}
 	r.check("registrations created and refused as taken", "> 0 each",
 		fmt.Sprintf("%d created, %d taken", v.Created, v.Taken), v.Created > 0 && v.Taken > 0)
-	r.note("registrations: %d on %d addresses (%d created, %d refused as taken, %d unresolved, %d other answers)",
-		v.Registrations, v.Addresses, v.Created, v.Taken, v.Unresolved, v.Other)
+	r.note("registrations: %d on %d addresses (%d created, %d refused as taken, %d unresolved, %d other answers); %d met a fault and were retried with their key",
+		v.Registrations, v.Addresses, v.Created, v.Taken, v.Unresolved, v.Other, v.Retried)
 }
