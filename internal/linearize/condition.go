@@ -40,6 +40,16 @@ type TagEvent struct {
 	Tags      []string // sorted, once each
 }
 
+// newTagEvent names the event at index of append op, with its tags in
+// their stored form.
+func newTagEvent(op, index int, typ string, tags []string) TagEvent {
+	norm, err := event.NormalizeTags(tags)
+	if err != nil { // the store refuses the append; keep what was asked
+		norm = slices.Sorted(slices.Values(tags))
+	}
+	return TagEvent{Op: op, Index: index, Type: typ, Tags: norm}
+}
+
 func (e TagEvent) name() string {
 	return "a" + strconv.Itoa(e.Op) + "." + strconv.Itoa(e.Index)
 }
@@ -328,13 +338,9 @@ func (r *ConditionRecorder) callAppend(client int, tenant string, streams int, p
 	c := r.h.call(client, func(c Call) any {
 		in := TaggedAppendInput{Tenant: tenant, Op: int(c), Streams: streams, N: len(all), Condition: tc}
 		for i, e := range all {
-			tags, err := event.NormalizeTags(e.Metadata.Tags)
-			if err != nil { // the store refuses the append; keep what was asked
-				tags = slices.Sorted(slices.Values(e.Metadata.Tags))
-			}
-			te := TagEvent{Op: int(c), Index: i, Type: e.Type, Tags: tags}
+			te := newTagEvent(int(c), i, e.Type, e.Metadata.Tags)
 			named = append(named, te)
-			if len(tags) > 0 {
+			if len(te.Tags) > 0 {
 				in.Events = append(in.Events, te)
 			}
 		}
@@ -378,16 +384,23 @@ func (r *ConditionRecorder) ReturnIndeterminate(c Call) { r.h.indeterminate(c, I
 // seen renders what a read returned, sorted as TagLog is.
 func (r *ConditionRecorder) seen(recs []event.Record) TagSeen {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	return tagSeen(recs, r.events)
+}
+
+// tagSeen renders the records a read returned by the names of the events
+// (ID -> event) the history's appends wrote, sorted as TagLog is; "??"
+// for each record no append wrote.
+func tagSeen(recs []event.Record, events map[string]TagEvent) TagSeen {
 	var known []TagEvent
 	unknown := 0
 	for _, rec := range recs {
-		if e, ok := r.events[rec.ID]; ok {
+		if e, ok := events[rec.ID]; ok {
 			known = append(known, e)
 		} else {
 			unknown++
 		}
 	}
-	r.mu.Unlock()
 	slices.SortFunc(known, func(a, b TagEvent) int { return cmp.Or(cmp.Compare(a.Op, b.Op), cmp.Compare(a.Index, b.Index)) })
 	names := make([]string, 0, len(recs))
 	for _, e := range known {

@@ -232,3 +232,63 @@ func TestConditionModelPartitions(t *testing.T) {
 		t.Fatalf("%d partitions, want 3 (t's tags linked by one append, u, t's untagged append)", v.Partitions)
 	}
 }
+
+// TestConditionOperationsFromALog: a history of guarded commands logged
+// with its own timestamps, as the fault harness keeps one (each
+// registration appends one event tagged with its address, on the
+// condition that no event has that tag; 201 ok, 422 condition failed,
+// indeterminate after every retry), and one read per tag of the log as
+// found at the end.
+func TestConditionOperationsFromALog(t *testing.T) {
+	tag := func(addr string) string { return "email:" + addr }
+	reg := func(client int, call, ret int64, id, addr string, out Outcome) ConditionalRecord {
+		return ConditionalRecord{Client: client, Call: call, Return: ret, Tenant: "t",
+			Events: []TaggedEvent{{ID: id, Type: "registered", Tags: []string{tag(addr)}}},
+			Unless: event.Query{{Tags: []string{tag(addr)}}}, Outcome: out}
+	}
+	final := func(addr string, ids ...string) TaggedReadRecord {
+		return TaggedReadRecord{Client: 9, Call: 100, Return: 101, Tenant: "t", Query: event.Query{{Tags: []string{tag(addr)}}}, Records: trecs(ids...)}
+	}
+	cases := []struct {
+		name    string
+		appends []ConditionalRecord
+		reads   []TaggedReadRecord
+		want    porcupine.CheckResult
+	}{
+		{"one winner per address, the others refused, indeterminate ones either way", []ConditionalRecord{
+			reg(0, 1, 5, "e1", "a", OK),
+			reg(1, 2, 6, "e2", "a", ConditionFailed), // concurrent with e1, placed after it
+			reg(2, 7, 8, "e3", "a", ConditionFailed),
+			reg(3, 3, 4, "e4", "a", Indeterminate), // did not take effect
+			reg(4, 1, 2, "e5", "b", Indeterminate), // took effect
+			reg(5, 9, 10, "e6", "b", ConditionFailed),
+		}, []TaggedReadRecord{final("a", "e1"), final("b", "e5")}, porcupine.Ok},
+		{"two registrations of one address acknowledged", []ConditionalRecord{
+			reg(0, 1, 5, "e1", "a", OK),
+			reg(1, 2, 6, "e2", "a", OK),
+		}, []TaggedReadRecord{final("a", "e1", "e2")}, porcupine.Illegal},
+		{"an acknowledged registration missing from the log", []ConditionalRecord{
+			reg(0, 1, 5, "e1", "a", OK),
+		}, []TaggedReadRecord{final("a")}, porcupine.Illegal},
+		{"a refusal with no registration before it", []ConditionalRecord{
+			reg(0, 1, 5, "e1", "a", ConditionFailed),
+			reg(1, 6, 7, "e2", "a", OK),
+		}, []TaggedReadRecord{final("a", "e2")}, porcupine.Illegal},
+		{"a refusal before an indeterminate registration of its address was sent", []ConditionalRecord{
+			reg(0, 1, 5, "e1", "a", ConditionFailed),
+			reg(1, 6, 7, "e2", "a", Indeterminate),
+		}, []TaggedReadRecord{final("a", "e2")}, porcupine.Illegal},
+		{"a refused registration's event in the log", []ConditionalRecord{
+			reg(0, 1, 5, "e1", "a", OK),
+			reg(1, 6, 7, "e2", "a", ConditionFailed),
+		}, []TaggedReadRecord{final("a", "e1", "e2")}, porcupine.Illegal},
+		{"an event of no registration in the log", []ConditionalRecord{
+			reg(0, 1, 5, "e1", "a", OK),
+		}, []TaggedReadRecord{final("a", "e1", "ghost")}, porcupine.Illegal},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, ConditionModel, ConditionOperations(tc.appends, tc.reads), tc.want)
+		})
+	}
+}

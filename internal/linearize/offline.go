@@ -1,6 +1,7 @@
 package linearize
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -12,8 +13,9 @@ import (
 // A history recorded elsewhere, with its own timestamps: the fault
 // harness logs every command with wall-clock start and end and reads the
 // streams at the end. StreamOperations turns such a log into a history
-// for StreamModel, so the harness need not record through
-// StreamRecorder.
+// for StreamModel, ConditionOperations one of conditional appends into a
+// history for ConditionModel, so the harness need not record through
+// StreamRecorder or ConditionRecorder.
 //
 // Timestamps must agree with real time across the whole log: take them
 // in the harness's one process from its monotonic clock, e.g. as
@@ -92,4 +94,83 @@ func seen(recs []event.Record, owners map[string]int) StreamState {
 		last = rec.Version
 	}
 	return StreamState{Version: last, Seen: b.String()}
+}
+
+// TaggedEvent is an event of an offline conditional history: its ID
+// (derivable for a command from its tenant and idempotency key), type and
+// tags.
+type TaggedEvent struct {
+	ID, Type string
+	Tags     []string
+}
+
+// ConditionalRecord is one append (or one guarded command) of an offline
+// history for ConditionModel: Events, to Streams streams (0 reads as 1),
+// appended on the condition that no event of the tenant matches Unless
+// (nil: unconditional). That is a condition after the zero position,
+// whose read saw nothing. A guarded command that admits only while
+// nothing matches its guard amounts to it, whatever position its own read
+// returned, because events are only ever added: it appends only if its
+// read saw nothing and nothing matching was appended after it, that is
+// if nothing matches at its append; it refuses only if its read saw a
+// match, which then stays. Outcome is OK, ConditionFailed (the command
+// answered that a matching event exists) or Indeterminate; ConditionModel
+// accepts no other.
+type ConditionalRecord struct {
+	Client       int
+	Call, Return int64
+	Tenant       string
+	Streams      int
+	Events       []TaggedEvent
+	Unless       event.Query
+	Outcome      Outcome
+}
+
+// TaggedReadRecord is one ReadTagged of an offline history: the records
+// Query matched (only their IDs are read), e.g. the log as found at the
+// end.
+type TaggedReadRecord struct {
+	Client       int
+	Call, Return int64
+	Tenant       string
+	Query        event.Query
+	Records      []event.Record
+}
+
+// ConditionOperations builds the history for ConditionModel: each append
+// is named by its place in appends; indeterminate appends return after
+// everything else, as ConditionRecorder's do.
+func ConditionOperations(appends []ConditionalRecord, reads []TaggedReadRecord) []porcupine.Operation {
+	named := map[string]TagEvent{}
+	var end int64
+	ops := make([]porcupine.Operation, 0, len(appends)+len(reads))
+	for i, a := range appends {
+		in := TaggedAppendInput{Tenant: a.Tenant, Op: i, Streams: max(a.Streams, 1), N: len(a.Events)}
+		if a.Unless != nil {
+			in.Condition = &TagCondition{Query: slices.Clone(a.Unless), Seen: ""}
+		}
+		for j, e := range a.Events {
+			te := newTagEvent(i, j, e.Type, e.Tags)
+			named[e.ID] = te
+			if len(te.Tags) > 0 {
+				in.Events = append(in.Events, te)
+			}
+		}
+		ops = append(ops, porcupine.Operation{ClientId: a.Client, Call: a.Call, Return: a.Return, Input: in, Output: a.Outcome})
+		end = max(end, a.Call, a.Return)
+	}
+	for _, r := range reads {
+		ops = append(ops, porcupine.Operation{
+			ClientId: r.Client, Call: r.Call, Return: r.Return,
+			Input:  TaggedReadInput{Tenant: r.Tenant, Query: slices.Clone(r.Query)},
+			Output: tagSeen(r.Records, named),
+		})
+		end = max(end, r.Call, r.Return)
+	}
+	for i, op := range ops[:len(appends)] {
+		if op.Output == Indeterminate {
+			ops[i].Metadata, ops[i].Return = Returned(op.Return), end+1
+		}
+	}
+	return ops
 }

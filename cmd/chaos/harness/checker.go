@@ -13,7 +13,6 @@ import (
 
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/examples"
-	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/projections"
 )
 
@@ -30,6 +29,13 @@ func commandID(tenant, key string) string {
 	return uuid.NewSHA1(commandIDSpace, []byte(tenant+"\x00"+key)).String()
 }
 
+// eventID is the ID strata gives the i-th event a command appends
+// (commands/handler.go), derived from its command ID so that a retry
+// appends the same events; repeated here for the reason commandID is.
+func eventID(commandID string, i int) string {
+	return uuid.NewSHA1(commandIDSpace, fmt.Appendf(nil, "%s/%d", commandID, i)).String()
+}
+
 // eventsPerCommand is how many events one command of the order domain
 // appends: every decision returns exactly one.
 const eventsPerCommand = 1
@@ -44,6 +50,9 @@ type logEvent struct {
 	Type      string
 	CommandID string
 	Position  event.Position
+	// Tags are the event's tags (its metadata's), which the
+	// conditional history's final reads match.
+	Tags []string
 }
 
 func loadEvents(ctx context.Context, url string) ([]logEvent, error) {
@@ -53,7 +62,7 @@ func loadEvents(ctx context.Context, url string) ([]logEvent, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	rows, err := conn.Query(ctx, `SELECT tenant_id, stream_id, version, event_id::text, event_type,
-       coalesce(metadata->>'command_id', ''), tx_id::text, position
+       coalesce(metadata->>'command_id', ''), tx_id::text, position, metadata->'tags'
 FROM strata.events ORDER BY tenant_id, stream_id, version`)
 	if err != nil {
 		return nil, fmt.Errorf("read the event log: %w", err)
@@ -64,7 +73,7 @@ FROM strata.events ORDER BY tenant_id, stream_id, version`)
 		var ev logEvent
 		var tx string
 		var pos int64
-		if err := rows.Scan(&ev.Tenant, &ev.Stream, &ev.Version, &ev.EventID, &ev.Type, &ev.CommandID, &tx, &pos); err != nil {
+		if err := rows.Scan(&ev.Tenant, &ev.Stream, &ev.Version, &ev.EventID, &ev.Type, &ev.CommandID, &tx, &pos, &ev.Tags); err != nil {
 			return nil, err
 		}
 		major, err := strconv.ParseUint(tx, 10, 64)
@@ -132,9 +141,9 @@ func checkHistory(ops []*Op, events []logEvent) historyVerdict {
 			}
 		}
 		for _, ev := range evs {
-			if ev.Tenant != op.Tenant || ev.Stream != order.StreamID(op.Order) {
+			if ev.Tenant != op.Tenant || ev.Stream != op.streamID() {
 				v.WrongStream++
-				v.example("command %s (%s %s/%s) has an event in %s/%s v%d", op.Key, op.Kind, op.Tenant, op.Order, ev.Tenant, ev.Stream, ev.Version)
+				v.example("command %s (%s %s/%s) has an event in %s/%s v%d", op.Key, op.Kind, op.Tenant, op.streamID(), ev.Tenant, ev.Stream, ev.Version)
 			}
 		}
 		switch op.Outcome {
@@ -143,25 +152,25 @@ func checkHistory(ops []*Op, events []logEvent) historyVerdict {
 			switch {
 			case len(evs) == 0:
 				v.Lost++
-				v.example("LOST: %s %s of %s/%s acknowledged at version %d (attempts %d), no event has its command id", op.Kind, op.Key, op.Tenant, op.Order, op.Version, len(op.Attempts))
+				v.example("LOST: %s %s of %s/%s acknowledged at version %d (attempts %d), no event has its command id", op.Kind, op.Key, op.Tenant, op.streamID(), op.Version, len(op.Attempts))
 			case len(evs) > eventsPerCommand:
 				v.Duplicated++
-				v.example("DUPLICATED: %s %s of %s/%s: %d events (versions %s)", op.Kind, op.Key, op.Tenant, op.Order, len(evs), versions(evs))
+				v.example("DUPLICATED: %s %s of %s/%s: %d events (versions %s)", op.Kind, op.Key, op.Tenant, op.streamID(), len(evs), versions(evs))
 			case evs[len(evs)-1].Version != op.Version:
 				v.WrongVersion++
-				v.example("%s %s of %s/%s acknowledged version %d, its event is at version %d", op.Kind, op.Key, op.Tenant, op.Order, op.Version, evs[len(evs)-1].Version)
+				v.example("%s %s of %s/%s acknowledged version %d, its event is at version %d", op.Kind, op.Key, op.Tenant, op.streamID(), op.Version, evs[len(evs)-1].Version)
 			}
 		case Fail:
 			v.Fail++
 			if len(evs) > 0 {
 				v.RejectedWithEvents++
-				v.example("REJECTED BUT APPLIED: %s %s of %s/%s answered %d %s, yet has events (versions %s)", op.Kind, op.Key, op.Tenant, op.Order, op.Status, op.Code, versions(evs))
+				v.example("REJECTED BUT APPLIED: %s %s of %s/%s answered %d %s, yet has events (versions %s)", op.Kind, op.Key, op.Tenant, op.streamID(), op.Status, op.Code, versions(evs))
 			}
 		default:
 			v.Unresolved++
 			if len(evs) > eventsPerCommand {
 				v.Duplicated++
-				v.example("DUPLICATED (unresolved): %s %s of %s/%s: %d events", op.Kind, op.Key, op.Tenant, op.Order, len(evs))
+				v.example("DUPLICATED (unresolved): %s %s of %s/%s: %d events", op.Kind, op.Key, op.Tenant, op.streamID(), len(evs))
 			} else if len(evs) > 0 {
 				v.UnresolvedApplied++
 			}
@@ -272,7 +281,7 @@ func checkIdempotencyRecords(ctx context.Context, url string, ops []*Op) (mismat
 		if !ok {
 			mismatches++
 			if len(examples) < 5 {
-				examples = append(examples, fmt.Sprintf("%s %s of %s/%s acknowledged version %d; stored outcome %q", op.Kind, op.Key, op.Tenant, op.Order, op.Version, oneLine(string(raw), 120)))
+				examples = append(examples, fmt.Sprintf("%s %s of %s/%s acknowledged version %d; stored outcome %q", op.Kind, op.Key, op.Tenant, op.streamID(), op.Version, oneLine(string(raw), 120)))
 			}
 		}
 	}

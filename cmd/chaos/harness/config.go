@@ -49,6 +49,15 @@ type LoadConfig struct {
 	// RetryFor bounds how long an indeterminate command is retried with
 	// its idempotency key before it is recorded as unresolved.
 	RetryFor time.Duration
+	// Registrations, when above zero, is how many customers each client
+	// registers besides its commands, spread among them (registrations.go):
+	// guarded commands, conditional appends, racing for an address.
+	// Emails is the pool of addresses of each tenant they race for, small
+	// so that most races have several runners; the pool is renewed
+	// EmailRounds times over each client's registrations, so that races
+	// are run throughout the load, under its faults, not only at its
+	// start (an address, once taken, is refused ever after).
+	Registrations, Emails, EmailRounds int
 }
 
 // R1Config: SIGKILL the serving processes at random under load.
@@ -265,14 +274,19 @@ func Full() Config {
 		Pace: 45 * time.Second, MaxDuration: 120 * time.Second,
 		RequestTimeout: 10 * time.Second, RetryFor: 45 * time.Second,
 	}
-	r2load := load
+	// R1 and R2 also register customers (R5 and the scenarios built on
+	// newWorkload do not): four addresses per tenant and round, ten rounds,
+	// so about three registrations race for each address.
+	r1load := load
+	r1load.Registrations, r1load.Emails, r1load.EmailRounds = 60, 4, 10
+	r2load := r1load
 	r2load.Pace, r2load.MaxDuration = 60*time.Second, 150*time.Second
 	r5load := load
 	r5load.Commands, r5load.Pace = 400, 45*time.Second
 	return Config{
 		PGPort:    55439,
 		Scenarios: AllScenarios,
-		R1: R1Config{Load: load, Processes: 2, KillMin: 3 * time.Second, KillMax: 7 * time.Second,
+		R1: R1Config{Load: r1load, Processes: 2, KillMin: 3 * time.Second, KillMax: 7 * time.Second,
 			FailpointMin: 100, FailpointMax: 1200, FailpointFirst: 50, CatchUp: 10 * time.Second,
 			Partitions: "order_details=2,order_list=4"},
 		R2: R2Config{Load: r2load, Processes: 2, Crashes: 3, FirstCrash: 10 * time.Second, Every: 20 * time.Second,
@@ -307,7 +321,8 @@ func Short() Config {
 	c.Scenarios = []string{R1, R11, R12}
 	c.R1.Load = LoadConfig{Clients: 3, Commands: 60, Tenants: 2, Streams: 8,
 		Pace: 8 * time.Second, MaxDuration: 30 * time.Second,
-		RequestTimeout: 10 * time.Second, RetryFor: 30 * time.Second}
+		RequestTimeout: 10 * time.Second, RetryFor: 30 * time.Second,
+		Registrations: 12, Emails: 3, EmailRounds: 3}
 	c.R1.MaxKills = 2
 	c.R1.KillMin, c.R1.KillMax = 2*time.Second, 3*time.Second
 	c.R1.FailpointMin, c.R1.FailpointMax, c.R1.FailpointFirst = 40, 200, 10
@@ -360,6 +375,9 @@ func (c Config) Validate() error {
 		}
 		if l.MaxDuration <= 0 || l.RequestTimeout <= 0 || l.RetryFor <= 0 || l.Pace < 0 {
 			errs = append(errs, fmt.Errorf("%s load: durations must be positive", name))
+		}
+		if l.Registrations < 0 || (l.Registrations > 0 && (l.Emails < 1 || l.EmailRounds < 1 || l.EmailRounds > l.Registrations)) {
+			errs = append(errs, fmt.Errorf("%s load: registrations want at least one address and 1 to registrations rounds", name))
 		}
 	}
 	for _, s := range c.Scenarios {

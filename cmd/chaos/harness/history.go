@@ -7,6 +7,9 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/strata-es/strata/examples/customers/customer"
+	"github.com/strata-es/strata/examples/orders/order"
 )
 
 // Outcome is what the harness learned about a command, Jepsen style.
@@ -38,11 +41,15 @@ type Attempt struct {
 
 // Op is one command of the history, with every attempt it took.
 type Op struct {
-	ID       int
-	Client   int
-	Tenant   string
-	Order    string
-	Kind     string // create, add_line, remove_line, place, pay, cancel
+	ID     int
+	Client int
+	Tenant string
+	Order  string
+	// Customer and Email: a registration's customer and the address it
+	// takes (Order is then empty).
+	Customer string `json:",omitempty"`
+	Email    string `json:",omitempty"`
+	Kind     string // create, add_line, remove_line, place, pay, cancel; register
 	Key      string // Idempotency-Key, the same for every attempt
 	Start    time.Time
 	End      time.Time
@@ -54,6 +61,15 @@ type Op struct {
 	// cmd is the request every attempt sent (MOVE sends it again after
 	// the move, to see its stored outcome replayed).
 	cmd command
+}
+
+// streamID is the stream the command appends to: its customer's for a
+// registration, else its order's.
+func (o *Op) streamID() string {
+	if o.Customer != "" {
+		return customer.StreamID(o.Customer)
+	}
+	return order.StreamID(o.Order)
 }
 
 // hadInfo reports whether some attempt was indeterminate (the command

@@ -5,11 +5,9 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/google/uuid"
 
 	"github.com/strata-es/strata/domain/event"
 	"github.com/strata-es/strata/eventstore"
-	"github.com/strata-es/strata/examples/orders/order"
 	"github.com/strata-es/strata/internal/linearize"
 )
 
@@ -17,8 +15,9 @@ import (
 const linearizeTimeout = time.Minute
 
 // checkLinearizable hands the load's history to porcupine (an independent
-// checker, issue 19): every command is an append to its order's stream
-// (eventstore.Any: without If-Match strata retries conflicts), acknowledged
+// checker, issue 19): every command is an append to its aggregate's
+// stream, an order's or a registration's customer's (eventstore.Any:
+// without If-Match strata retries conflicts), acknowledged
 // with the version it answered, rejected (nothing appended, whatever the
 // state), or indeterminate after every retry; the log as read at the end
 // is one read of each stream, naming which command wrote each version. The
@@ -41,10 +40,10 @@ func checkLinearizable(ops []*Op, events []logEvent, name string) (linearize.Ver
 	appends := make([]linearize.AppendRecord, 0, len(ops))
 	for _, op := range ops {
 		a := linearize.AppendRecord{Client: op.Client, Call: at(op.Start), Return: at(op.End),
-			Tenant: op.Tenant, Stream: order.StreamID(op.Order), Expected: eventstore.Any}
+			Tenant: op.Tenant, Stream: op.streamID(), Expected: eventstore.Any}
 		cmd := commandID(op.Tenant, op.Key)
 		for i := range eventsPerCommand {
-			a.EventIDs = append(a.EventIDs, uuid.NewSHA1(commandIDSpace, fmt.Appendf(nil, "%s/%d", cmd, i)).String())
+			a.EventIDs = append(a.EventIDs, eventID(cmd, i))
 		}
 		switch op.Outcome {
 		case OK:

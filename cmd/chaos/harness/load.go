@@ -184,9 +184,13 @@ func (l *loadRun) run(ctx context.Context, rngFor func(client int) *rand.Rand) {
 		go func() {
 			defer wg.Done()
 			rng := rngFor(c)
-			for k := 0; k < l.cfg.Commands; k++ {
+			// The client's registrations are spread at random among its
+			// commands; without any, the steps (and the random draws)
+			// are the commands alone, as before registrations existed.
+			steps, registered := l.cfg.Commands+l.cfg.Registrations, 0
+			for j, k := 0, 0; j < steps; j++ {
 				if l.cfg.Pace > 0 {
-					at := l.started.Add(time.Duration(k) * l.cfg.Pace / time.Duration(l.cfg.Commands))
+					at := l.started.Add(time.Duration(j) * l.cfg.Pace / time.Duration(steps))
 					if d := time.Until(at); d > 0 {
 						select {
 						case <-ctx.Done():
@@ -198,8 +202,14 @@ func (l *loadRun) run(ctx context.Context, rngFor func(client int) *rand.Rand) {
 				if ctx.Err() != nil || time.Now().After(deadline) || l.halted.Load() {
 					return
 				}
+				if left := l.cfg.Registrations - registered; left > 0 && rng.IntN(steps-j) < left {
+					l.register(ctx, rng, c, registered)
+					registered++
+					continue
+				}
 				s := l.w.streams[rng.IntN(len(l.w.streams))]
 				key := fmt.Sprintf("c%d-k%d", c, k)
+				k++
 				l.execute(ctx, rng, c, s, key, s.next(rng, key))
 			}
 		}()
@@ -211,7 +221,13 @@ func (l *loadRun) run(ctx context.Context, rngFor func(client int) *rand.Rand) {
 // attempts with the same idempotency key (on any serve process) until an
 // attempt is definite or RetryFor has passed.
 func (l *loadRun) execute(ctx context.Context, rng *rand.Rand, client int, s *stream, key string, cmd command) {
-	op := &Op{Client: client, Tenant: s.tenant, Order: s.order, Kind: cmd.kind, Key: key, Start: time.Now(), Outcome: Info, cmd: cmd}
+	l.executeOp(ctx, rng, &Op{Client: client, Tenant: s.tenant, Order: s.order, Kind: cmd.kind, Key: key, Start: time.Now(), Outcome: Info, cmd: cmd})
+}
+
+// executeOp is execute of an operation already described (its command,
+// tenant and key set, Start now, Outcome Info), whatever its aggregate.
+func (l *loadRun) executeOp(ctx context.Context, rng *rand.Rand, op *Op) {
+	key, cmd := op.Key, op.cmd
 	defer func() {
 		op.End = time.Now()
 		l.hist.add(op)
@@ -219,7 +235,7 @@ func (l *loadRun) execute(ctx context.Context, rng *rand.Rand, client int, s *st
 	}()
 	for n := 1; ; n++ {
 		target := rng.IntN(len(l.urls))
-		a := l.attempt(ctx, target, s.tenant, key, cmd)
+		a := l.attempt(ctx, target, op.Tenant, key, cmd)
 		op.Attempts = append(op.Attempts, a.Attempt)
 		if l.onAttempt != nil {
 			l.onAttempt(a.Attempt)

@@ -67,8 +67,12 @@ func (e *env) startLoadScenarioOn(ctx context.Context, id string, lc LoadConfig,
 		sup.Stop(5 * time.Second)
 		return nil, err
 	}
-	e.logf("%s: %d serve processes ready (%s); load: %d clients x %d commands over %d streams and %d tenants, paced over %s",
-		id, processes, strings.Join(sup.URLs(), " "), lc.Clients, lc.Commands, lc.Streams, lc.Tenants, lc.Pace)
+	registrations := ""
+	if lc.Registrations > 0 {
+		registrations = fmt.Sprintf(" and %d registrations on %d addresses per tenant, %d rounds", lc.Registrations, lc.Emails, lc.EmailRounds)
+	}
+	e.logf("%s: %d serve processes ready (%s); load: %d clients x %d commands%s over %d streams and %d tenants, paced over %s",
+		id, processes, strings.Join(sup.URLs(), " "), lc.Clients, lc.Commands, registrations, lc.Streams, lc.Tenants, lc.Pace)
 	return &loadScenario{id: id, db: name, url: url, sup: sup, w: w,
 		load: &loadRun{cfg: lc, w: w, urls: sup.URLs(), client: newHTTPClient(lc.Clients), hist: &history{},
 			inflight: make([]atomic.Int64, processes)}}, nil
@@ -83,7 +87,7 @@ func (e *env) runLoad(ctx context.Context, s *loadScenario) {
 func (e *env) progress(s *loadScenario, done <-chan struct{}) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
-	total := s.load.cfg.Clients * s.load.cfg.Commands
+	total := s.load.cfg.Clients * (s.load.cfg.Commands + s.load.cfg.Registrations)
 	for {
 		select {
 		case <-done:
@@ -147,6 +151,10 @@ func (e *env) finish(ctx context.Context, r *Result, s *loadScenario, catchUpFro
 	addHistoryCriteria(r, v)
 	lv, err := checkLinearizable(ops, events, "chaos-"+r.Scenario)
 	addLinearizableCriterion(r, lv, err)
+	if s.load.cfg.Registrations > 0 {
+		cv, err := checkConditions(ops, events, "chaos-"+r.Scenario+"-conditions")
+		addConditionCriteria(r, cv, err)
+	}
 	bad, examples, err := checkIdempotencyRecords(ctx, s.url, ops)
 	if err != nil {
 		return err
