@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,9 +48,22 @@ var errCondition = errors.New("append condition failed")
 // tenant + "/" + stream, and a tenant ID holds neither '/' nor '#'.
 func tagLock(tenant, tag string) string { return tenant + "#" + tag }
 
-// conditionJSON encodes a condition as the statements read it: the
-// position as two decimal strings, the query's tags and its items.
-func conditionJSON(c *eventstore.AppendCondition) ([]byte, error) {
+// condition is an append condition as the statements bind it: typed
+// columns, so that nothing of it is parsed from JSON per append but the
+// query's items, which only a candidate event is matched against.
+type condition struct {
+	items []byte // the query, a jsonb array of {types, tags}
+	tx    string // the position's Major, decimal (an xid8)
+	pos   int64  // the position's Minor
+	tags  string // the query's tags, joined by tagSeparator
+}
+
+// tagSeparator joins a condition's tags in one text value: no valid tag
+// holds a control character (event.ValidTag).
+const tagSeparator = "\x1f"
+
+// encodeCondition validates and encodes c (nil for none).
+func encodeCondition(c *eventstore.AppendCondition) (*condition, error) {
 	if c == nil {
 		return nil, nil
 	}
@@ -59,12 +73,12 @@ func conditionJSON(c *eventstore.AppendCondition) ([]byte, error) {
 	if c.After.Minor > math.MaxInt64 {
 		return nil, fmt.Errorf("%w: condition position %s", ErrInvalidAppend, c.After)
 	}
-	return json.Marshal(struct {
-		Tx    string      `json:"tx"`
-		Pos   string      `json:"pos"`
-		Tags  []string    `json:"tags"`
-		Items event.Query `json:"items"`
-	}{strconv.FormatUint(c.After.Major, 10), strconv.FormatUint(c.After.Minor, 10), c.Query.Tags(), c.Query})
+	items, err := json.Marshal(c.Query)
+	if err != nil {
+		return nil, err
+	}
+	return &condition{items: items, tx: strconv.FormatUint(c.After.Major, 10), pos: int64(c.After.Minor),
+		tags: strings.Join(c.Query.Tags(), tagSeparator)}, nil
 }
 
 // matchingSQL is the predicate "event e matches one of the items of the
@@ -89,7 +103,7 @@ const tagCandidatesSQL = `SELECT c.tx_id, c.position FROM unnest(%[1]s) AS q(tag
             WHERE t.tenant_id = $1 AND t.tag = q.tag%[2]s OFFSET 0) AS c`
 
 // conditionFailsSQL is true when an event of tenant $1 matching the
-// condition %[1]s sits after the condition's position. Its candidates are
+// condition's items %[1]s (jsonb) sits after the condition's position. Its candidates are
 // the rows of event_tags of the condition's tags after the position, an
 // index range per tag that holds only the events that could match,
 // however busy the tenant (scanning the tenant's log after the position
@@ -102,12 +116,13 @@ var conditionFailsSQL = `EXISTS (
     SELECT 1 FROM events e
     WHERE e.tenant_id = $1
       AND (e.tx_id, e.position) IN (` + fmt.Sprintf(tagCandidatesSQL, "%[4]s", " AND (t.tx_id, t.position) > (%[2]s, %[3]s)") + `)
-      AND ` + fmt.Sprintf(matchingSQL, "%[1]s->'items'") + `)`
+      AND ` + fmt.Sprintf(matchingSQL, "%[1]s") + `)`
 
-// conditionAfterSQL are the condition %[1]s's position and tags as the
-// columns conditionFailsSQL compares with.
-const conditionAfterSQL = `(%[1]s->>'tx')::xid8 AS after_tx, (%[1]s->>'pos')::bigint AS after_pos,
-    ARRAY(SELECT jsonb_array_elements_text(%[1]s->'tags')) AS after_tags`
+// conditionAfterSQL are a condition's position (%[1]s, %[2]s) and tags
+// (%[3]s, joined by tagSeparator) as the columns conditionFailsSQL
+// compares with.
+const conditionAfterSQL = `%[1]s::xid8 AS after_tx, %[2]s AS after_pos,
+    string_to_array(%[3]s, E'\x1f') AS after_tags`
 
 // readTaggedLockSQL takes the query's tags' locks shared, in the order
 // every append takes locks (groupLockSQL), and the tenant.

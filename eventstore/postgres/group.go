@@ -369,15 +369,18 @@ ORDER BY ev.i
 RETURNING stream_id, version, tx_id::text AS tx_text, position`
 
 // groupCondAppendSQL is groupAppendSQL for a statement one of whose
-// appends has a condition ($11, jsonb per append, NULL for none): an
-// append is inserted when its expectation and its condition hold, and
-// each one that is not comes back as a row naming why (failed: 'version'
-// or 'condition'; the inserted events' rows have failed = ”).
+// appends has a condition (per append: $11 the query's items, jsonb, NULL
+// for none; $12 the position's transaction, $13 its position, $14 the
+// query's tags, condition.go): an append is inserted when its expectation
+// and its condition hold, and each one that is not comes back as a row
+// naming why (failed: 'version' or 'condition'; the inserted events' rows
+// have failed = '').
 var groupCondAppendSQL = `
 WITH req AS MATERIALIZED (
-    SELECT r.stream, r.expected, r.ord, r.cond, ` + fmt.Sprintf(conditionAfterSQL, "r.cond") + `,
+    SELECT r.stream, r.expected, r.ord, r.items, ` + fmt.Sprintf(conditionAfterSQL, "r.tx", "r.pos", "r.tags") + `,
         (SELECT coalesce(max(e.version), 0) FROM events e WHERE e.tenant_id = $1 AND e.stream_id = r.stream) AS cur
-    FROM unnest($2::text[], $3::bigint[], $11::jsonb[]) WITH ORDINALITY AS r(stream, expected, cond, ord)
+    FROM unnest($2::text[], $3::bigint[], $11::jsonb[], $12::text[], $13::bigint[], $14::text[])
+        WITH ORDINALITY AS r(stream, expected, items, tx, pos, tags, ord)
 ), judged AS MATERIALIZED (
     SELECT stream, cur, ord,
         CASE expected
@@ -386,7 +389,7 @@ WITH req AS MATERIALIZED (
             WHEN -3 THEN cur > 0
             ELSE cur = expected
         END AS version_ok,
-        cond IS NULL OR NOT ` + fmt.Sprintf(conditionFailsSQL, "cond", "after_tx", "after_pos", "after_tags") + ` AS cond_ok
+        items IS NULL OR NOT ` + fmt.Sprintf(conditionFailsSQL, "items", "after_tx", "after_pos", "after_tags") + ` AS cond_ok
     FROM req
 ), ins AS (
     INSERT INTO events (tenant_id, stream_id, version, event_id, event_type, schema_version, data, metadata)
@@ -425,11 +428,14 @@ func (st groupStmt) sql() (string, []any) {
 	if !st.conditional() {
 		return groupAppendSQL, args
 	}
-	conds := make([][]byte, len(st.members))
+	n := len(st.members)
+	items, txs, poss, tags := make([][]byte, n), make([]string, n), make([]int64, n), make([]string, n)
 	for i, p := range st.members {
-		conds[i] = p.enc.cond
+		if c := p.enc.cond; c != nil {
+			items[i], txs[i], poss[i], tags[i] = c.items, c.tx, c.pos, c.tags
+		}
 	}
-	return groupCondAppendSQL, append(args, conds)
+	return groupCondAppendSQL, append(args, items, txs, poss, tags)
 }
 
 func (st groupStmt) args() []any {

@@ -31,7 +31,7 @@ func (s *Store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 		locks = append(locks, req.Tenant+"/"+sa.Stream)
 		locks = append(locks, encs[i].locks...)
 	}
-	cond, err := conditionJSON(req.Condition)
+	cond, err := encodeCondition(req.Condition)
 	if err != nil {
 		return eventstore.MultiAppendResult{}, err
 	}
@@ -46,7 +46,7 @@ func (s *Store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 		b := &pgx.Batch{}
 		b.Queue(groupLockSQL, locks, req.Tenant)
 		if cond != nil {
-			b.Queue(multiConditionSQL, req.Tenant, cond)
+			b.Queue(multiConditionSQL, req.Tenant, cond.items, cond.tx, cond.pos, cond.tags)
 		}
 		for i, sa := range req.Streams {
 			enc := encs[i]
@@ -111,9 +111,10 @@ func (s *Store) AppendMulti(ctx context.Context, req eventstore.MultiAppendReque
 	return out, nil
 }
 
-// multiConditionSQL is true when the append condition $2 of tenant $1
-// holds; it runs under the locks, before the appends.
-var multiConditionSQL = `WITH p AS MATERIALIZED (SELECT ` + fmt.Sprintf(conditionAfterSQL, "$2::jsonb") + `)
+// multiConditionSQL is true when the append condition of tenant $1 holds
+// ($2 its items, $3 and $4 its position, $5 its tags, as a condition
+// binds them); it runs under the locks, before the appends.
+var multiConditionSQL = `WITH p AS MATERIALIZED (SELECT ` + fmt.Sprintf(conditionAfterSQL, "$3::text", "$4::bigint", "$5::text") + `)
 SELECT NOT ` + fmt.Sprintf(conditionFailsSQL, "$2::jsonb", "p.after_tx", "p.after_pos", "p.after_tags") + ` FROM p`
 
 // validateMulti checks a multi-stream append as validate checks each of

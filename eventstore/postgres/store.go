@@ -165,8 +165,8 @@ type encoded struct {
 	// locks names the tag locks the append takes beside its stream's:
 	// its events' tags and its condition's (condition.go).
 	locks []string
-	// cond is the condition as the statements read it, nil for none.
-	cond []byte
+	// cond is the condition as the statements bind it, nil for none.
+	cond *condition
 }
 
 // guarded reports whether the append takes tag locks (its events carry
@@ -194,7 +194,7 @@ func encode(req eventstore.AppendRequest) (encoded, error) {
 		enc.ids[i], enc.types[i], enc.svs[i], enc.datas[i], enc.metas[i] = e.ID, e.Type, int32(e.SchemaVersion), string(e.Data), string(meta)
 	}
 	if req.Condition != nil {
-		cond, err := conditionJSON(req.Condition)
+		cond, err := encodeCondition(req.Condition)
 		if err != nil {
 			return encoded{}, err
 		}
