@@ -374,7 +374,7 @@ RETURNING stream_id, version, tx_id::text AS tx_text, position`
 // query's tags, condition.go): an append is inserted when its expectation
 // and its condition hold, and each one that is not comes back as a row
 // naming why (failed: 'version' or 'condition'; the inserted events' rows
-// have failed = '').
+// have an empty failed).
 var groupCondAppendSQL = `
 WITH req AS MATERIALIZED (
     SELECT r.stream, r.expected, r.ord, r.items, ` + fmt.Sprintf(conditionAfterSQL, "r.tx", "r.pos", "r.tags") + `,
