@@ -125,8 +125,14 @@ const conditionAfterSQL = `%[1]s::xid8 AS after_tx, %[2]s AS after_pos,
     string_to_array(%[3]s, E'\x1f') AS after_tags`
 
 // readTaggedLockSQL takes the query's tags' locks shared, in the order
-// every append takes locks (groupLockSQL), and the tenant.
-const readTaggedLockSQL = `SELECT pg_advisory_xact_lock_shared(l.id), set_config('` + db.TenantSetting + `', $2, true)
+// every append takes locks (groupLockSQL), and the tenant; and, as
+// groupLockSQL does, makes the read that follows run its generic plan:
+// under the default plan cache mode PostgreSQL kept planning
+// readTaggedSQL afresh on every call (its generic plan's estimate looked
+// worse than the custom plans'), and the planning cost ten times the
+// execution (8 readers: 4,000 reads/s against 30,000 stream reads/s).
+const readTaggedLockSQL = `SELECT pg_advisory_xact_lock_shared(l.id), set_config('` + db.TenantSetting + `', $2, true),
+    set_config('plan_cache_mode', 'force_generic_plan', true)
 FROM (SELECT DISTINCT hashtextextended(k, 0) AS id FROM unnest($1::text[]) AS k ORDER BY 1) AS l`
 
 // readTaggedSQL finds the events carrying the query's tags ($3) through
