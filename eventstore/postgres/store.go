@@ -559,7 +559,9 @@ func (s *Store) Lag(ctx context.Context, after event.Position) (events int64, ol
 	return events, oldest, nil
 }
 
-func scanRecords(rows pgx.Rows, sizeHint int) ([]event.Record, error) {
+// scanRecords reads rows of selectColumns, then of the extra columns
+// scanned into extra (overwritten row after row).
+func scanRecords(rows pgx.Rows, sizeHint int, extra ...any) ([]event.Record, error) {
 	defer rows.Close()
 	out := make([]event.Record, 0, min(sizeHint, 10_000))
 	for rows.Next() {
@@ -571,7 +573,7 @@ func scanRecords(rows pgx.Rows, sizeHint int) ([]event.Record, error) {
 		// The payload into bytes, not into json.RawMessage: that would go
 		// through encoding/json, which validates what jsonb holds valid
 		// already (a third of a log read's time, measured).
-		if err := rows.Scan(&pos, &tx, &r.Tenant, &r.Stream, &r.Version, &r.ID, &r.Type, &sv, &data, &meta, &r.RecordedAt); err != nil {
+		if err := rows.Scan(append([]any{&pos, &tx, &r.Tenant, &r.Stream, &r.Version, &r.ID, &r.Type, &sv, &data, &meta, &r.RecordedAt}, extra...)...); err != nil {
 			return nil, err
 		}
 		r.Data = data
