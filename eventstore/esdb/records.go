@@ -194,7 +194,7 @@ func (s *Store) partState(ctx context.Context, op string, p recordsPart) (state 
 	case !p.tagged:
 		return int64(v2.ExpectedRevisionConstants_EXPECTED_REVISION_CONSTANTS_ANY), false, nil
 	}
-	rev, err := s.tailRevision(ctx, op, p.name)
+	rev, _, err := s.tail(ctx, op, p.name)
 	if err != nil {
 		return 0, false, err
 	}
@@ -211,7 +211,7 @@ func (s *Store) expectationsHold(ctx context.Context, op string, parts []records
 		if p.expected == eventstore.Any {
 			continue
 		}
-		rev, err := s.tailRevision(ctx, op, p.name)
+		rev, _, err := s.tail(ctx, op, p.name)
 		if err != nil {
 			return err
 		}

@@ -369,26 +369,55 @@ func (s *Store) appendEvents(ctx context.Context, op, name string, exp eventstor
 	return res, nil
 }
 
-func (s *Store) readBackPosition(ctx context.Context, op, name string, rev uint64, id uuid.UUID) (event.Position, error) {
-	var pos event.Position
-	err := s.conn.call(ctx, op+": read back", func(c *esdb.Client) error {
-		rs, err := c.ReadStream(ctx, name, esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.Revision(rev)}, 1)
+// eachEvent calls fn with the events of a stream read from `from` in
+// direction dir, up to count, until fn returns false; a stream that does
+// not exist has none.
+func (s *Store) eachEvent(ctx context.Context, op, name string, dir esdb.Direction, from esdb.StreamPosition, count uint64, fn func(*esdb.RecordedEvent) (bool, error)) error {
+	err := s.conn.call(ctx, op, func(c *esdb.Client) error {
+		rs, err := c.ReadStream(ctx, name, esdb.ReadStreamOptions{Direction: dir, From: from}, count)
 		if err != nil {
 			return err
 		}
 		defer rs.Close()
-		ev, err := rs.Recv()
-		if err != nil {
-			return err
+		for {
+			ev, err := rs.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if more, err := fn(ev.OriginalEvent()); !more || err != nil {
+				return err
+			}
 		}
-		if e := ev.OriginalEvent(); e.EventID != id || e.EventNumber != rev {
-			return fmt.Errorf("revision %d holds event %s, not %s", rev, e.EventID, id)
-		}
-		if pos = positionOf(ev.OriginalEvent().Position); pos.IsZero() {
-			return errors.New("the server reports no positions in stream reads (before 22.6)")
-		}
-		return nil
 	})
+	if errors.Is(err, errNotFound) {
+		return nil
+	}
+	return err
+}
+
+// errNoPositions: a server before 22.6 reports no $all position in
+// stream reads, which tags need.
+var errNoPositions = errors.New("the server reports no positions in stream reads (before 22.6)")
+
+func (s *Store) readBackPosition(ctx context.Context, op, name string, rev uint64, id uuid.UUID) (event.Position, error) {
+	found := false
+	var pos event.Position
+	err := s.eachEvent(ctx, op+": read back", name, esdb.Backwards, esdb.Revision(rev), 1, func(e *esdb.RecordedEvent) (bool, error) {
+		if e.EventID != id || e.EventNumber != rev {
+			return false, fmt.Errorf("revision %d holds event %s, not %s", rev, e.EventID, id)
+		}
+		found = true
+		if pos = positionOf(e.Position); pos.IsZero() {
+			return false, errNoPositions
+		}
+		return false, nil
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("%s: read back: revision %d of %s is not there", op, rev, name)
+	}
 	return pos, err
 }
 
@@ -416,28 +445,15 @@ func (s *Store) checkDuplicates(ctx context.Context, op, name string, exp events
 		ids[d.EventID] = true
 	}
 	var dup *esdb.RecordedEvent
-	err := s.conn.call(ctx, op, func(c *esdb.Client) error {
-		rs, err := c.ReadStream(ctx, name, esdb.ReadStreamOptions{Direction: esdb.Backwards, From: from}, uint64(window))
-		if err != nil {
-			return err
+	err := s.eachEvent(ctx, op, name, esdb.Backwards, from, uint64(window), func(e *esdb.RecordedEvent) (bool, error) {
+		if ids[e.EventID] {
+			dup = e
+			return false, nil
 		}
-		defer rs.Close()
-		for {
-			ev, err := rs.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if e := ev.OriginalEvent(); ids[e.EventID] {
-				dup = e
-				return nil
-			}
-		}
+		return true, nil
 	})
 	switch {
-	case errors.Is(err, errNotFound), errors.Is(err, ErrStreamDeleted):
+	case errors.Is(err, ErrStreamDeleted):
 		return nil // the append itself will say what is wrong, if anything
 	case err != nil:
 		return err

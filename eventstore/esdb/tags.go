@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 
@@ -142,7 +140,7 @@ func (s *Store) ReadTagged(ctx context.Context, tenant string, q event.Query) ([
 	}
 	op := "read tagged events of " + tenant
 	// The tenant's tag log first: its tail is the read's position.
-	at, err := s.tailPosition(ctx, op, s.names.tagLog(tenant))
+	_, at, err := s.tail(ctx, op, s.names.tagLog(tenant))
 	if err != nil {
 		return nil, event.Position{}, err
 	}
@@ -216,93 +214,36 @@ func (s *Store) fetchMarked(ctx context.Context, op, tenant string, m markerAt) 
 // whose hashes collide would share a stream).
 func (s *Store) readMarkers(ctx context.Context, op, name string, dir esdb.Direction, from esdb.StreamPosition, count uint64) ([]markerAt, error) {
 	var out []markerAt
-	err := s.conn.call(ctx, op, func(c *esdb.Client) error {
-		rs, err := c.ReadStream(ctx, name, esdb.ReadStreamOptions{Direction: dir, From: from}, count)
-		if err != nil {
-			return err
+	err := s.eachEvent(ctx, op, name, dir, from, count, func(e *esdb.RecordedEvent) (bool, error) {
+		var m tagMarker
+		if e.EventType != markerType {
+			return false, fmt.Errorf("event %d of %s: %w: type %q in a tag stream", e.EventNumber, name, errBadMetadata, e.EventType)
 		}
-		defer rs.Close()
-		for {
-			ev, err := rs.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			e := ev.OriginalEvent()
-			var m tagMarker
-			if e.EventType != markerType {
-				return fmt.Errorf("event %d of %s: %w: type %q in a tag stream", e.EventNumber, name, errBadMetadata, e.EventType)
-			}
-			if err := json.Unmarshal(e.Data, &m); err != nil {
-				return fmt.Errorf("event %d of %s: %w: %v", e.EventNumber, name, errBadMetadata, err)
-			}
-			pos := positionOf(e.Position)
-			if pos.IsZero() {
-				return errors.New("the server reports no positions in stream reads (before 22.6)")
-			}
-			out = append(out, markerAt{tagMarker: m, rev: e.EventNumber, pos: pos})
+		if err := json.Unmarshal(e.Data, &m); err != nil {
+			return false, fmt.Errorf("event %d of %s: %w: %v", e.EventNumber, name, errBadMetadata, err)
 		}
+		pos := positionOf(e.Position)
+		if pos.IsZero() {
+			return false, errNoPositions
+		}
+		out = append(out, markerAt{tagMarker: m, rev: e.EventNumber, pos: pos})
+		return true, nil
 	})
-	if errors.Is(err, errNotFound) {
-		return nil, nil
-	}
 	return out, err
 }
 
-// tailRevision returns the revision of a stream's last event, -1 when it
-// has none.
-func (s *Store) tailRevision(ctx context.Context, op, name string) (int64, error) {
-	rev := int64(-1)
-	err := s.conn.call(ctx, op, func(c *esdb.Client) error {
-		rs, err := c.ReadStream(ctx, name, esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1)
-		if err != nil {
-			return err
+// tail returns the revision (-1 when it has none) and the $all position
+// (zero) of a stream's last event.
+func (s *Store) tail(ctx context.Context, op, name string) (rev int64, pos event.Position, err error) {
+	rev = -1
+	err = s.eachEvent(ctx, op, name, esdb.Backwards, esdb.End{}, 1, func(e *esdb.RecordedEvent) (bool, error) {
+		rev = int64(e.EventNumber)
+		if pos = positionOf(e.Position); pos.IsZero() {
+			return false, errNoPositions
 		}
-		defer rs.Close()
-		ev, err := rs.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rev = int64(ev.OriginalEvent().EventNumber)
-		return nil
+		return false, nil
 	})
-	if errors.Is(err, errNotFound) {
-		return -1, nil
-	}
-	return rev, err
-}
-
-// tailPosition returns the $all position of a stream's last event, zero
-// when it has none.
-func (s *Store) tailPosition(ctx context.Context, op, name string) (event.Position, error) {
-	var pos event.Position
-	err := s.conn.call(ctx, op, func(c *esdb.Client) error {
-		rs, err := c.ReadStream(ctx, name, esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		ev, err := rs.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if pos = positionOf(ev.OriginalEvent().Position); pos.IsZero() {
-			return errors.New("the server reports no positions in stream reads (before 22.6)")
-		}
-		return nil
-	})
-	if errors.Is(err, errNotFound) {
-		return event.Position{}, nil
-	}
-	return pos, err
+	return rev, pos, err
 }
 
 // tagCheck pins a tag stream at the revision a condition's check read
