@@ -86,15 +86,20 @@ func ctxT(t *testing.T) context.Context {
 
 // TestFakeServerConformance runs the whole suite against the in-process
 // fake: it exercises the adapter's plumbing (the cursors, Head, the
-// duplicate check, the read-back, idempotency composition) on every run.
-// Only TestConformance says anything about a real server.
+// duplicate check, the read-back, idempotency composition) on every run,
+// and the suites of multi-stream appends and of tags and conditions
+// against the fake's AppendRecords (the tag streams are ordinary streams
+// there). Only TestConformance says anything about a real server.
 func TestFakeServerConformance(t *testing.T) {
 	f := newFakeServer()
 	addr := f.serve(t, "127.0.0.1:0")
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
+	harness := func(t *testing.T) storetest.Harness {
 		s := openFake(t, addr, WithIdempotencyStore(&memIdempotency{}))
 		return storetest.Harness{Store: s, Log: s, Idempotency: s, RaceIterations: 200}
-	})
+	}
+	storetest.Run(t, harness)
+	t.Run("Multi", func(t *testing.T) { storetest.RunMulti(t, harness) })
+	t.Run("Conditions", func(t *testing.T) { storetest.RunConditions(t, harness) })
 }
 
 // TestFakeServerRecoversFromFailedDiscovery: a store opened while the
@@ -379,26 +384,4 @@ func TestFakeServerTenantReadWithoutCaughtUp(t *testing.T) {
 	if _, err := s.ReadTenant(ctx, "Not A Tenant", event.Position{}, 2); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("an invalid tenant: %v", err)
 	}
-}
-
-// TestFakeServerMultiConformance runs the suite of multi-stream appends
-// against the fake's AppendRecords.
-func TestFakeServerMultiConformance(t *testing.T) {
-	f := newFakeServer()
-	addr := f.serve(t, "127.0.0.1:0")
-	storetest.RunMulti(t, func(t *testing.T) storetest.Harness {
-		s := openFake(t, addr, WithIdempotencyStore(&memIdempotency{}))
-		return storetest.Harness{Store: s, Log: s, Idempotency: s, RaceIterations: 200}
-	})
-}
-
-// TestFakeServerConditionsConformance runs the suite of tags and append
-// conditions against the fake: the tag streams are ordinary streams there.
-func TestFakeServerConditionsConformance(t *testing.T) {
-	f := newFakeServer()
-	addr := f.serve(t, "127.0.0.1:0")
-	storetest.RunConditions(t, func(t *testing.T) storetest.Harness {
-		s := openFake(t, addr, WithIdempotencyStore(&memIdempotency{}))
-		return storetest.Harness{Store: s, Log: s, Idempotency: s, RaceIterations: 200}
-	})
 }
