@@ -345,7 +345,7 @@ func (h *Handler[A]) attempt(ctx context.Context, tenant domain.TenantID, stream
 	if h.cache != nil {
 		h.cache.put(key, packed.with(appended))
 	}
-	h.snapshotAfter(ctx, tenant, stream, state, decided, ar, snap, sealedKey)
+	h.snapshotAfter(ctx, tenant, stream, state, decided, ar, snap, tailBytes(history, events), sealedKey)
 	return Result{ID: id, Version: ar.LastVersion, Position: ar.Position}, nil
 }
 

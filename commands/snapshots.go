@@ -27,6 +27,11 @@ type Snapshots[A any] struct {
 	// Every: a snapshot is taken by the command that takes the stream this
 	// many events past the last one (default 100).
 	Every int64
+	// EveryBytes, when positive, also takes one when the events past the
+	// last snapshot hold this many bytes of data (as stored, sealed
+	// fields included): for a stream whose events are few but large, so
+	// that a load reads at most about this much whatever they count.
+	EveryBytes int64
 	// Encode and Decode turn a state into bytes and back.
 	Encode func(A) ([]byte, error)
 	Decode func([]byte) (A, error)
@@ -39,8 +44,8 @@ func (s *Snapshots[A]) validate() error {
 	if s == nil {
 		return nil
 	}
-	if s.Version < 1 || s.Every < 0 || s.Encode == nil || s.Decode == nil || s.Resume == nil {
-		return errors.New("aggregate: Snapshots needs Version >= 1, Every >= 0, Encode, Decode and Resume")
+	if s.Version < 1 || s.Every < 0 || s.EveryBytes < 0 || s.Encode == nil || s.Decode == nil || s.Resume == nil {
+		return errors.New("aggregate: Snapshots needs Version >= 1, Every >= 0, EveryBytes >= 0, Encode, Decode and Resume")
 	}
 	return nil
 }
@@ -131,12 +136,31 @@ func (h *Handler[A]) decodeAll(stream string, recs []event.Record) ([]event.Payl
 	return payloads, nil
 }
 
+// due reports whether a snapshot is due at version, the events after the
+// last one (at version since) holding size bytes of data.
+func (s *Snapshots[A]) due(version, since, size int64) bool {
+	return version-since >= s.every() || (s.EveryBytes > 0 && size >= s.EveryBytes)
+}
+
+// tailBytes is the data the events after a snapshot hold: those the load
+// read after it and those the command appends.
+func tailBytes(read []event.Record, appended []eventstore.NewEvent) int64 {
+	var n int64
+	for _, r := range read {
+		n += int64(len(r.Data))
+	}
+	for _, e := range appended {
+		n += int64(len(e.Data))
+	}
+	return n
+}
+
 // snapshotAfter takes a snapshot of the state a command's events made, when
-// they took the stream Every events past the last snapshot. It is a cache:
-// a failure leaves the stream without a newer one and the command's
-// outcome unchanged.
-func (h *Handler[A]) snapshotAfter(ctx context.Context, tenant domain.TenantID, stream string, state A, decided []event.Payload, ar eventstore.AppendResult, at snapshotAt, streamKey func() (string, error)) {
-	if h.snaps == nil || ar.LastVersion-at.version < h.agg.Snapshots.every() {
+// they took the stream Every events (or EveryBytes of data) past the last
+// snapshot. It is a cache: a failure leaves the stream without a newer one
+// and the command's outcome unchanged.
+func (h *Handler[A]) snapshotAfter(ctx context.Context, tenant domain.TenantID, stream string, state A, decided []event.Payload, ar eventstore.AppendResult, at snapshotAt, size int64, streamKey func() (string, error)) {
+	if h.snaps == nil || !h.agg.Snapshots.due(ar.LastVersion, at.version, size) {
 		return
 	}
 	next, err := h.agg.Snapshots.Resume(state, decided)

@@ -3,11 +3,13 @@ package commands_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/strata-es/strata/commands"
@@ -256,5 +258,53 @@ func TestSnapshotOfAForgottenSubject(t *testing.T) {
 	// earlier events name: the one there stays, unopenable.
 	if err := admin.QueryRow(context.Background(), `SELECT stream_version FROM aggregate_snapshots WHERE stream_id = 'customer-c-1'`).Scan(&version); err != nil || version != 2 {
 		t.Fatalf("snapshot at %d after the erasure (%v), want the one before it", version, err)
+	}
+}
+
+// TestSnapshotsBySize: with EveryBytes, a snapshot is taken by the command
+// that takes the data after the last one to that many bytes, however few
+// events that is; without it, not before Every events.
+func TestSnapshotsBySize(t *testing.T) {
+	for _, everyBytes := range []int64{0, 300} {
+		t.Run(fmt.Sprintf("EveryBytes=%d", everyBytes), func(t *testing.T) {
+			d := testdb.New(t)
+			admin := adminPool(t, d)
+			store := postgres.New(d.App, d.Projector)
+			agg := stockcmd.Aggregate
+			snaps := *agg.Snapshots
+			snaps.Every, snaps.EveryBytes = 1000, everyBytes
+			agg.Snapshots = &snaps
+			h := stockHandler(t, store, agg)
+			ctx := domain.NewContext(context.Background(), "t-a")
+			for range 12 {
+				if _, err := h.Handle(ctx, stockcmd.Receive{SKU: "s", Quantity: 1}, commands.Options{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			recs, err := store.ReadStream(ctx, "t-a", stock.StreamID("s"), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The versions at which the data since the last snapshot
+			// reached everyBytes: where snapshots were due.
+			var due []int64
+			var since int64
+			for _, r := range recs {
+				if since += int64(len(r.Data)); everyBytes > 0 && since >= everyBytes {
+					due, since = append(due, r.Version), 0
+				}
+			}
+			var version int64
+			err = admin.QueryRow(context.Background(), `SELECT stream_version FROM aggregate_snapshots WHERE stream_id = $1`, stock.StreamID("s")).Scan(&version)
+			switch {
+			case everyBytes == 0 && !errors.Is(err, pgx.ErrNoRows):
+				t.Fatalf("12 events, Every 1000, no EveryBytes: snapshot at %d (%v), want none", version, err)
+			case everyBytes == 0:
+			case len(due) < 2:
+				t.Fatalf("12 events of %d bytes each reached %d bytes only %d times: the test needs more", len(recs[0].Data), everyBytes, len(due))
+			case err != nil || version != due[len(due)-1]:
+				t.Fatalf("latest snapshot at version %d (%v), want %d (due at %v)", version, err, due[len(due)-1], due)
+			}
+		})
 	}
 }
