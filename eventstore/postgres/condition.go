@@ -90,24 +90,25 @@ const matchingSQL = `e.metadata ? 'tags' AND EXISTS (
 
 // tagCandidatesSQL is the rows of event_tags of tenant $1 carrying one of
 // the tags %[1]s (text[]) and satisfying %[2]s: one index probe per tag
-// (t.tag = q.tag), in every plan. Neither "t.tag = ANY (tags)" nor a
-// plain join of the unnested tags is: both gave generic plans, made while
-// event_tags was small, that scanned the tenant's whole range of
-// event_tags and filtered the tags, so a tagged read cost a tenant's
-// every tagged event (1,223 rows for none returned, and more as the run
-// went on: found by auto_explain under the conditional bench). OFFSET 0
-// keeps the lateral subquery from being flattened into such a join.
+// (t.tag = q.tag), in every plan. "t.tag = ANY (tags)" gave generic
+// plans, made while event_tags was small, that scanned the tenant's whole
+// range of event_tags and filtered the tags, so a tagged read cost the
+// tenant's every tagged event (1,223 rows read for none returned, more as
+// the run went on: auto_explain under the conditional bench). OFFSET 0
+// keeps the lateral subquery from being flattened into a join, whose plan
+// would again depend on the table's size when it was made.
 const tagCandidatesSQL = `SELECT c.tx_id, c.position FROM unnest(%[1]s) AS q(tag)
         CROSS JOIN LATERAL (
             SELECT t.tx_id, t.position FROM event_tags t
             WHERE t.tenant_id = $1 AND t.tag = q.tag%[2]s OFFSET 0) AS c`
 
 // conditionFailsSQL is true when an event of tenant $1 matching the
-// condition's items %[1]s (jsonb) sits after the condition's position. Its candidates are
-// the rows of event_tags of the condition's tags after the position, an
-// index range per tag that holds only the events that could match,
-// however busy the tenant (scanning the tenant's log after the position
-// read every event appended since, tagged or not, and matched each).
+// condition's items %[1]s (jsonb) sits after the condition's position.
+// Its candidates are the rows of event_tags of the condition's tags after
+// the position, an index range per tag that holds only the events that
+// could match, however busy the tenant (scanning the tenant's log after
+// the position read every event appended since, tagged or not, and
+// matched each).
 // %[2]s, %[3]s and %[4]s (conditionAfterSQL) are plain columns of a
 // materialized row, never expressions of the condition: under row-level
 // security only leakproof operators are index conditions, and ->> and the
