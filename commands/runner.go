@@ -203,7 +203,7 @@ func (h runner) admit(ctx context.Context, store eventstore.Store, tenant domain
 	}
 	tags, ok := store.(eventstore.TagReader)
 	if !ok {
-		return nil, false, fmt.Errorf("%s is a guarded command, and this event store keeps no tags (use PostgreSQL)", cmd.Name())
+		return nil, false, fmt.Errorf("%s is a guarded command, and this event store keeps no tags (use PostgreSQL, or EventStoreDB on KurrentDB 25.1 or later)", cmd.Name())
 	}
 	q := g.Guard()
 	if optimistic && g.Admit(nil) == nil {

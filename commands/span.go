@@ -101,7 +101,7 @@ type Spanner struct {
 }
 
 // NewSpanner returns an executor of spanning commands; store must append
-// to several streams at once (PostgreSQL).
+// to several streams at once (eventstore.MultiAppender).
 func NewSpanner(store eventstore.Store, idem eventstore.IdempotencyStore, cfg Config) (*Spanner, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -109,7 +109,7 @@ func NewSpanner(store eventstore.Store, idem eventstore.IdempotencyStore, cfg Co
 	}
 	multi, ok := store.(eventstore.MultiAppender)
 	if !ok {
-		return nil, fmt.Errorf("commands: %T has no multi-stream appends (use PostgreSQL)", store)
+		return nil, fmt.Errorf("commands: %T has no multi-stream appends (use PostgreSQL, or EventStoreDB on KurrentDB 25.1 or later)", store)
 	}
 	return &Spanner{runner: runner{idem: idem, cfg: cfg}, store: store, multi: multi}, nil
 }
