@@ -475,35 +475,19 @@ func (s *Store) ReadStream(ctx context.Context, tenant, stream string, after int
 	}
 	op := "read stream " + tenant + "/" + stream
 	var out []event.Record
-	err = s.conn.call(ctx, op, func(c *esdb.Client) error {
-		rs, err := c.ReadStream(ctx, name, esdb.ReadStreamOptions{From: readFrom(after)}, math.MaxInt64)
+	err = s.eachEvent(ctx, op, name, esdb.Forwards, readFrom(after), math.MaxInt64, func(e *esdb.RecordedEvent) (bool, error) {
+		rec, ok, err := s.names.record(e)
 		if err != nil {
-			return err
+			return false, err
 		}
-		defer rs.Close()
-		for {
-			ev, err := rs.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			rec, ok, err := s.names.record(ev.OriginalEvent())
-			if err != nil {
-				return err
-			}
-			if !ok || rec.Tenant != tenant || rec.Stream != stream {
-				return fmt.Errorf("stream %s returned an event of %s", name, ev.OriginalEvent().StreamID)
-			}
-			if rec.Version > after {
-				out = append(out, rec)
-			}
+		if !ok || rec.Tenant != tenant || rec.Stream != stream {
+			return false, fmt.Errorf("stream %s returned an event of %s", name, e.StreamID)
 		}
+		if rec.Version > after {
+			out = append(out, rec)
+		}
+		return true, nil
 	})
-	if errors.Is(err, errNotFound) {
-		return nil, nil
-	}
 	if err != nil {
 		return nil, err
 	}
