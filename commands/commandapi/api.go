@@ -88,20 +88,23 @@ func Mount[A any](r *mux.Router, d Deps, agg commands.Aggregate[A], res Resource
 // Idempotency-Key and answer semantics.
 func Register[A any](r *mux.Router, exec commands.Executor[A], res Resource, routes ...Route[A]) {
 	for _, rt := range routes {
-		status := rt.Status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		parse := rt.Command
-		r.HandleFunc(rt.Path, func(w http.ResponseWriter, r *http.Request) {
-			cmd, err := parse(w, r)
-			if err != nil {
-				httpapi.WriteError(w, r, err)
-				return
-			}
-			execute(w, r, exec.Handle, res, cmd, status)
-		}).Methods(rt.Method).Name(rt.Name)
+		handle(r, rt.Name, rt.Method, rt.Path, rt.Status, rt.Command, exec.Handle, res)
 	}
+}
+
+// handle registers one command route: parse the request into its command,
+// then execute it with the API's semantics, answering status (default
+// 200) on success.
+func handle[C commands.Named](r *mux.Router, name, method, path string, status int, parse func(http.ResponseWriter, *http.Request) (C, error), exec func(context.Context, C, commands.Options) (commands.Result, error), res Resource) {
+	status = cmp.Or(status, http.StatusOK)
+	r.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		cmd, err := parse(w, r)
+		if err != nil {
+			httpapi.WriteError(w, r, err)
+			return
+		}
+		execute(w, r, exec, res, cmd, status)
+	}).Methods(method).Name(name)
 }
 
 // SpanRoute is a route whose command spans several aggregates
@@ -125,16 +128,7 @@ func MountSpanning(r *mux.Router, d Deps, res Resource, routes ...SpanRoute) err
 		return fmt.Errorf("mount spanning commands: %w", err)
 	}
 	for _, rt := range routes {
-		status := cmp.Or(rt.Status, http.StatusOK)
-		parse := rt.Command
-		r.HandleFunc(rt.Path, func(w http.ResponseWriter, r *http.Request) {
-			cmd, err := parse(w, r)
-			if err != nil {
-				httpapi.WriteError(w, r, err)
-				return
-			}
-			execute(w, r, sp.Handle, res, cmd, status)
-		}).Methods(rt.Method).Name(rt.Name)
+		handle(r, rt.Name, rt.Method, rt.Path, rt.Status, rt.Command, sp.Handle, res)
 	}
 	return nil
 }
